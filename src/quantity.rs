@@ -1,0 +1,1 @@
+//! Exact Kubernetes quantity arithmetic.

@@ -1,0 +1,1 @@
+//! Effective pod requests.

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Builds (once) the Kubernetes components the tests run, from the Go module proxy, and fetches the
+# upstream CRD manifests from their Go modules. Idempotent; everything is cached outside the repo:
+#   $PGS_CACHE/bin/<component>-<version>-<goversion>/   binaries
+#   $PGS_CACHE/crds/                                    CRD manifests
+# Prints the bin directory on its last line of stdout ("BIN=<dir>").
+#
+# usage: get-binaries.sh [core|all]   (core: etcd, kube-apiserver, kube-controller-manager, kubectl)
+set -euo pipefail
+
+K8S_VERSION=${K8S_VERSION:-1.34.4}
+ETCD_VERSION=${ETCD_VERSION:-3.6.5}
+TRAINING_OPERATOR_VERSION=${TRAINING_OPERATOR_VERSION:-1.9.4}
+MPI_OPERATOR_VERSION=${MPI_OPERATOR_VERSION:-0.8.0}
+SCHEDULER_PLUGINS_VERSION=${SCHEDULER_PLUGINS_VERSION:-0.34.7}
+VOLCANO_VERSION=${VOLCANO_VERSION:-1.15.1}  # the proxy refuses 1.13.x and 1.14.x
+
+export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
+PGS_CACHE=${PGS_CACHE:-$HOME/.cache/podgroup-sync}
+GOV=$(go env GOVERSION)
+BIN=$PGS_CACHE/bin/k8s-v$K8S_VERSION-etcd-v$ETCD_VERSION-$GOV
+CRDS=$PGS_CACHE/crds/to-v$TRAINING_OPERATOR_VERSION-mpi-v$MPI_OPERATOR_VERSION-sp-v$SCHEDULER_PLUGINS_VERSION-vc-v$VOLCANO_VERSION
+mkdir -p "$BIN" "$CRDS" "$PGS_CACHE/src"
+
+log() { echo "[get-binaries $(date +%H:%M:%S)] $*" >&2; }
+
+# modjson MODULE@VERSION FIELD: downloads a module (zip only) and prints one field of its JSON.
+modjson() {
+  (cd /tmp && GOFLAGS= go mod download -json "$1") |
+    python3 -c "import json,sys; print(json.load(sys.stdin)['$2'])"
+}
+
+# replace_flags GOMOD LOCALVERSION: the wrapper's `go mod edit` flags copying GOMOD's replaces,
+# with local-path replaces turned into the same module at LOCALVERSION.
+replace_flags() {
+  go mod edit -json "$1" | python3 -c '
+import json, sys
+local = sys.argv[1]
+for r in json.load(sys.stdin).get("Replace") or []:
+    o, n = r["Old"], r["New"]
+    old = o["Path"] + ("@" + o["Version"] if o.get("Version") else "")
+    if n.get("Version"):
+        print("-replace=%s=%s@%s" % (old, n["Path"], n["Version"]))
+    else:
+        print("-replace=%s=%s@%s" % (old, o["Path"], local))
+' "$2"
+}
+
+build_kubernetes() {
+  if [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kube-controller-manager" ] && [ -x "$BIN/kubectl" ]; then
+    return
+  fi
+  local minor=${K8S_VERSION#1.}; minor=${minor%%.*}
+  local staging=v0.${K8S_VERSION#1.}
+  local w=$PGS_CACHE/src/k8s-v$K8S_VERSION
+  log "building kube-apiserver, kube-controller-manager, kubectl v$K8S_VERSION (cold: ~15-30 min on 2 cores)"
+  rm -rf "$w"; mkdir -p "$w"
+  local kmod; kmod=$(modjson "k8s.io/kubernetes@v$K8S_VERSION" GoMod)
+  ( cd "$w"
+    { echo "module local/k8s-testbin"; grep -E '^(go|godebug) ' "$kmod"; } > go.mod
+    go mod edit -require="k8s.io/kubernetes@v$K8S_VERSION"
+    replace_flags "$kmod" "$staging" | xargs go mod edit
+    go mod edit -tool=k8s.io/kubernetes/cmd/kube-apiserver \
+      -tool=k8s.io/kubernetes/cmd/kube-controller-manager -tool=k8s.io/kubernetes/cmd/kubectl
+    log "go mod tidy (downloads ~0.5 GB of modules when cold)"
+    go mod tidy
+    local V=k8s.io/component-base/version C=k8s.io/client-go/pkg/version
+    local ldf="-s -w -X $V.gitVersion=v$K8S_VERSION -X $V.gitMajor=1 -X $V.gitMinor=$minor -X $V.gitTreeState=clean"
+    ldf+=" -X $V.buildDate=1970-01-01T00:00:00Z -X $C.gitVersion=v$K8S_VERSION -X $C.gitMajor=1 -X $C.gitMinor=$minor"
+    log "go build (this is the slow part)"
+    go build -trimpath -ldflags "$ldf" -o "$BIN/" k8s.io/kubernetes/cmd/kube-apiserver \
+      k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl
+  )
+  log "built $("$BIN/kube-apiserver" --version)"
+}
+
+build_etcd() {
+  [ -x "$BIN/etcd" ] && return
+  local w=$PGS_CACHE/src/etcd-v$ETCD_VERSION
+  log "building etcd v$ETCD_VERSION (cold: a few minutes)"
+  rm -rf "$w"; mkdir -p "$w"
+  ( cd "$w"
+    printf 'module local/etcd-testbin\n\ngo 1.24\n' > go.mod
+    go mod edit -require="go.etcd.io/etcd/server/v3@v$ETCD_VERSION" -tool=go.etcd.io/etcd/server/v3
+    go mod tidy
+    go build -trimpath -ldflags "-s -w" -o "$BIN/etcd" go.etcd.io/etcd/server/v3
+  )
+  log "built etcd $("$BIN/etcd" --version | head -1)"
+}
+
+fetch_crds() {
+  [ -f "$CRDS/.done" ] && return
+  log "fetching CRD manifests from the upstream Go modules"
+  local d
+  d=$(modjson "github.com/kubeflow/training-operator@v$TRAINING_OPERATOR_VERSION" Dir)
+  mkdir -p "$CRDS/training-operator" "$CRDS/mpi-operator" "$CRDS/scheduler-plugins" "$CRDS/volcano"
+  cp "$d"/manifests/base/crds/kubeflow.org_{pytorchjobs,tfjobs,mpijobs}.yaml "$CRDS/training-operator/"
+  d=$(modjson "github.com/kubeflow/mpi-operator@v$MPI_OPERATOR_VERSION" Dir)
+  cp "$d/manifests/base/kubeflow.org_mpijobs.yaml" "$CRDS/mpi-operator/"
+  d=$(modjson "sigs.k8s.io/scheduler-plugins@v$SCHEDULER_PLUGINS_VERSION" Dir)
+  cp "$d/manifests/coscheduling/crd.yaml" "$CRDS/scheduler-plugins/scheduling.x-k8s.io_podgroups.yaml"  # manifests/crds/ holds symlinks, left out of module zips
+  d=$(modjson "volcano.sh/volcano@v$VOLCANO_VERSION" Dir)
+  cp "$d"/config/crd/volcano/bases/scheduling.volcano.sh_{podgroups,queues}.yaml "$CRDS/volcano/"
+  chmod -R u+w "$CRDS"
+  touch "$CRDS/.done"
+}
+
+fetch_crds
+build_etcd
+build_kubernetes
+echo "BIN=$BIN"
+echo "CRDS=$CRDS"
