@@ -1,1 +1,259 @@
-fn main() {}
+//! The `podgroup-sync` binary: the controller (`run`, the default) and `explain`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64};
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use kube::runtime::events::{Recorder, Reporter};
+use tracing::{error, info};
+
+use podgroup_sync::backend::{BackendKind, BackendOptions};
+use podgroup_sync::controller::{self, Readiness, RuntimeSettings};
+use podgroup_sync::enablement::{Enablement, Mode};
+use podgroup_sync::explain::explain;
+use podgroup_sync::http::{self, Health};
+use podgroup_sync::metrics::Metrics;
+use podgroup_sync::reconcile::{ResizePolicy, Settings};
+
+/// Gang-scheduling PodGroups for Kubeflow training jobs (PyTorchJob, TFJob, MPIJob), owned by a
+/// standalone controller, for scheduler-plugins coscheduling and Volcano.
+#[derive(Parser, Debug)]
+#[command(name = "podgroup-sync", version, about, long_about = None, args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the controller against the cluster of the current kubeconfig or service account (the default).
+    Run(Box<RunArgs>),
+    /// Print the PodGroup a job manifest would get, and why, without a cluster.
+    Explain(ExplainArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+struct BackendArgs {
+    /// schedulerNames that run the coscheduling plugin (the pod-link check warns about others).
+    #[arg(long, env = "PODGROUP_SYNC_COSCHEDULING_SCHEDULER_NAMES", value_delimiter = ',', default_value = "default-scheduler,scheduler-plugins-scheduler")]
+    coscheduling_scheduler_names: Vec<String>,
+    /// The schedulerName of the Volcano scheduler.
+    #[arg(long, env = "PODGROUP_SYNC_VOLCANO_SCHEDULER_NAME", default_value = "volcano")]
+    volcano_scheduler_name: String,
+    /// scheduler-plugins scheduleTimeoutSeconds for jobs whose schedulingPolicy sets none
+    /// (unset: omitted, so the plugin's permitWaitingTimeSeconds applies).
+    #[arg(long, env = "PODGROUP_SYNC_DEFAULT_SCHEDULE_TIMEOUT_SECONDS")]
+    default_schedule_timeout_seconds: Option<i32>,
+}
+
+impl BackendArgs {
+    fn options(&self) -> BackendOptions {
+        BackendOptions {
+            coscheduling_scheduler_names: self.coscheduling_scheduler_names.clone(),
+            volcano_scheduler_name: self.volcano_scheduler_name.clone(),
+            default_schedule_timeout_seconds: self.default_schedule_timeout_seconds,
+        }
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+struct RunArgs {
+    /// Namespace (and job) annotation that switches management on: "true" manages, "dry-run"
+    /// only reports, anything else is off; "false" on a job opts that job out.
+    #[arg(long, env = "PODGROUP_SYNC_ANNOTATION_KEY", default_value = "podgroup-sync.io/enabled")]
+    annotation_key: String,
+    /// Mode of namespaces without the annotation: off, dry-run or true (manage everywhere).
+    #[arg(long, env = "PODGROUP_SYNC_DEFAULT_MODE", value_enum, default_value = "off")]
+    default_mode: Mode,
+    /// Backend when neither the job, its namespace nor its pod templates choose one.
+    #[arg(long, env = "PODGROUP_SYNC_DEFAULT_BACKEND", value_enum, default_value = "scheduler-plugins")]
+    default_backend: BackendKind,
+    /// When an existing PodGroup is resized: always (follows replica and policy changes, needed
+    /// for HPA and elastic jobs), while-suspended, never.
+    #[arg(long, env = "PODGROUP_SYNC_RESIZE", value_enum, default_value = "always")]
+    resize: ResizePolicy,
+    /// Keep the PodGroups of finished (Succeeded/Failed) jobs instead of deleting them.
+    #[arg(long, env = "PODGROUP_SYNC_KEEP_FINISHED")]
+    keep_finished: bool,
+    /// Seconds a scheduler-plugins PodGroup may stay Pending/Scheduling before a GangWaiting Event.
+    #[arg(long, env = "PODGROUP_SYNC_GANG_WAIT_WARNING_SECONDS", default_value_t = 120)]
+    gang_wait_warning_seconds: u64,
+    #[command(flatten)]
+    backend: BackendArgs,
+    /// Jobs reconciled at once.
+    #[arg(long, env = "PODGROUP_SYNC_CONCURRENCY", default_value_t = 16)]
+    concurrency: u16,
+    /// Seconds between checks for job and PodGroup CRDs that appeared or disappeared.
+    #[arg(long, env = "PODGROUP_SYNC_DISCOVERY_INTERVAL_SECONDS", default_value_t = 30)]
+    discovery_interval_seconds: u64,
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, env = "PODGROUP_SYNC_HTTP_ADDR", default_value = "0.0.0.0:8080")]
+    http_addr: SocketAddr,
+    /// Log format.
+    #[arg(long, env = "PODGROUP_SYNC_LOG_FORMAT", value_enum, default_value = "text")]
+    log_format: LogFormat,
+    /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then the in-cluster service account).
+    #[arg(long, env = "PODGROUP_SYNC_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+struct ExplainArgs {
+    /// The job manifest (YAML or JSON); "-" reads standard input.
+    #[arg(short = 'f', long = "filename")]
+    file: PathBuf,
+    /// Backend to explain for (default: chosen as the controller would, without a cluster).
+    #[arg(long, value_enum)]
+    backend: Option<BackendKind>,
+    #[command(flatten)]
+    backend_args: BackendArgs,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PODGROUP_SYNC_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::Explain(args)) => run_explain(args),
+        Some(Command::Run(args)) => run_controller(*args),
+        None => run_controller(cli.run),
+    }
+}
+
+fn run_explain(args: ExplainArgs) -> std::process::ExitCode {
+    let manifest = if args.file.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin())
+    } else {
+        std::fs::read_to_string(&args.file)
+    };
+    let manifest = match manifest {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("podgroup-sync explain: {}: {e}", args.file.display());
+            return std::process::ExitCode::from(2);
+        }
+    };
+    match explain(&manifest, args.backend, &args.backend_args.options()) {
+        Ok(out) => {
+            print!("{out}");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("podgroup-sync explain: {e}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}
+
+fn run_controller(args: RunArgs) -> std::process::ExitCode {
+    init_logging(args.log_format);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match runtime.block_on(controller_main(args)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            error!(error = %e, "podgroup-sync stopped");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, Box<dyn std::error::Error>> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)?;
+            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
+        }
+        None => kube::Config::infer().await?,
+    };
+    Ok(kube::Client::try_from(config)?)
+}
+
+async fn controller_main(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let client = client(args.kubeconfig.as_ref()).await?;
+    let metrics = Arc::new(Metrics::new());
+    let readiness = Readiness::default();
+    let heartbeat = Arc::new(AtomicI64::new(0));
+    let health = Health {
+        metrics: metrics.clone(),
+        readiness: readiness.clone(),
+        heartbeat: heartbeat.clone(),
+        wedged_after: Duration::from_secs(args.discovery_interval_seconds.max(10) * 4),
+    };
+    let listener = tokio::net::TcpListener::bind(args.http_addr).await?;
+    tokio::spawn(http::serve(listener, health));
+
+    let settings = Settings {
+        enablement: Enablement {
+            annotation_key: args.annotation_key.clone(),
+            default_mode: args.default_mode,
+            default_backend: args.default_backend,
+        },
+        backend_options: args.backend.options(),
+        resize: args.resize,
+        keep_finished: args.keep_finished,
+        gang_wait_warning: Duration::from_secs(args.gang_wait_warning_seconds),
+    };
+    let reporter = Reporter {
+        controller: "podgroup-sync".into(),
+        instance: std::env::var("POD_NAME").ok(),
+    };
+    let recorder = Recorder::new(client.clone(), reporter);
+    let leading = Arc::new(AtomicBool::new(true));
+    metrics.leader.set(1);
+    info!(version = env!("CARGO_PKG_VERSION"), "podgroup-sync starting");
+    controller::run(
+        client,
+        settings,
+        RuntimeSettings {
+            concurrency: args.concurrency,
+            discovery_interval: Duration::from_secs(args.discovery_interval_seconds.max(1)),
+        },
+        recorder,
+        metrics,
+        readiness,
+        leading,
+        heartbeat,
+        shutdown_signal(),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {},
+            _ = term.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    info!("shutdown signal received");
+}

@@ -1,0 +1,71 @@
+//! scheduler-plugins coscheduling: `scheduling.x-k8s.io/v1alpha1` PodGroup (SPEC §3.3).
+
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use serde_json::{Map, Value, json};
+
+use super::{BackendKind, BackendOptions, Phase, PodGroupBackend, template_label};
+use crate::gang::Gang;
+use crate::job::Job;
+
+/// The pod label coscheduling reads to find a pod's PodGroup.
+pub const POD_GROUP_LABEL: &str = "scheduling.x-k8s.io/pod-group";
+
+pub struct SchedulerPlugins;
+
+impl PodGroupBackend for SchedulerPlugins {
+    fn kind(&self) -> BackendKind {
+        BackendKind::SchedulerPlugins
+    }
+    fn group(&self) -> &'static str {
+        "scheduling.x-k8s.io"
+    }
+    fn version(&self) -> &'static str {
+        "v1alpha1"
+    }
+
+    fn template_link<'a>(&self, template: &'a PodTemplateSpec) -> Option<&'a str> {
+        template_label(template, POD_GROUP_LABEL)
+    }
+
+    fn link_instruction(&self, name: &str) -> String {
+        format!("label {POD_GROUP_LABEL}: {name}")
+    }
+
+    fn scheduler_matches(&self, scheduler: Option<&str>, opts: &BackendOptions) -> bool {
+        let s = scheduler.filter(|s| !s.is_empty()).unwrap_or("default-scheduler");
+        opts.coscheduling_scheduler_names.iter().any(|n| n == s)
+    }
+
+    fn template_prefers(&self, template: &PodTemplateSpec, _opts: &BackendOptions) -> bool {
+        self.template_link(template).is_some()
+    }
+
+    fn spec(&self, job: &Job, gang: &Gang, _existing: Option<&Value>, opts: &BackendOptions) -> Value {
+        let mut spec = Map::new();
+        spec.insert("minMember".into(), json!(gang.min_member));
+        let min_resources = gang.min_resources.to_k8s();
+        if !min_resources.is_empty() {
+            spec.insert("minResources".into(), json!(min_resources));
+        }
+        let timeout = job
+            .scheduling_policy()
+            .and_then(|p| p.schedule_timeout_seconds)
+            .or(opts.default_schedule_timeout_seconds);
+        if let Some(t) = timeout {
+            spec.insert("scheduleTimeoutSeconds".into(), json!(t));
+        }
+        Value::Object(spec)
+    }
+
+    fn phase(&self, status: Option<&Value>) -> Phase {
+        match status.and_then(|s| s.get("phase")).and_then(Value::as_str) {
+            Some("Pending") => Phase::Pending,
+            Some("Scheduling") | Some("PreScheduling") => Phase::Scheduling,
+            Some("Running") | Some("Scheduled") => Phase::Running,
+            Some("Finished") => Phase::Finished,
+            Some("Failed") => Phase::Failed,
+            _ => Phase::Unknown,
+        }
+    }
+}
+

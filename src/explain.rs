@@ -1,0 +1,99 @@
+//! `podgroup-sync explain`: the PodGroup a job would get and why, offline.
+
+use std::fmt::Write;
+
+use serde_json::Value;
+
+use crate::backend::{self, BackendKind, BackendOptions};
+use crate::enablement::{Enablement, Mode};
+use crate::gang::{self, MinResources, Priorities};
+use crate::job::{self, JobKind};
+use crate::resources::AdmissionDefaults;
+
+/// Why `explain` could not produce a PodGroup.
+#[derive(Debug, thiserror::Error)]
+pub enum ExplainError {
+    #[error("cannot parse the job manifest: {0}")]
+    Parse(String),
+    #[error("{0} is not a job kind podgroup-sync manages (PyTorchJob, TFJob kubeflow.org/v1; MPIJob kubeflow.org/v2beta1 or v1)")]
+    UnknownKind(String),
+    #[error("no PodGroup: {0}")]
+    Invalid(#[from] job::InvalidJob),
+    #[error("{0}")]
+    Backend(String),
+}
+
+/// Renders the PodGroup YAML for `manifest` (a job in YAML or JSON) and the reasoning as
+/// `# ` comment lines above it.
+pub fn explain(manifest: &str, backend: Option<BackendKind>, opts: &BackendOptions) -> Result<String, ExplainError> {
+    let value: Value = serde_yaml_ng::from_str(manifest).map_err(|e| ExplainError::Parse(e.to_string()))?;
+    let api_version = value.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
+    let kind_name = value.get("kind").and_then(Value::as_str).unwrap_or_default();
+    let kind: &'static JobKind = JobKind::lookup(api_version, kind_name)
+        .ok_or_else(|| ExplainError::UnknownKind(format!("{api_version} {kind_name}")))?;
+    let mut job = job::normalize(kind, &value)?;
+    if job.namespace.is_empty() {
+        job.namespace = "default".into();
+    }
+    if job.uid.is_empty() {
+        job.uid = "<job uid>".into();
+    }
+    let gang = gang::compute(&job, &Priorities::default(), &AdmissionDefaults::default())?;
+    let enablement = Enablement {
+        annotation_key: String::new(),
+        default_mode: Mode::Manage,
+        default_backend: BackendKind::SchedulerPlugins,
+    };
+    let (backend_kind, why) = match backend {
+        Some(b) => (b, "--backend"),
+        None => enablement.backend(&job, None, opts).map_err(ExplainError::Backend)?,
+    };
+    let b = backend_kind.backend();
+    let (name, name_warning) = backend::pod_group_name(b, &job);
+    let object = backend::desired_object(b, &job, &gang, &name, None, false, opts);
+
+    let mut out = String::new();
+    let _ = writeln!(out, "# {} {}/{}", kind.kind, job.namespace, job.name);
+    let _ = writeln!(out, "# backend: {backend_kind} (from {why})");
+    let _ = writeln!(out, "# minMember: {} — {}", gang.min_member, gang.rule.describe());
+    match &gang.min_resources {
+        MinResources::FromPolicy(_) => {
+            let _ = writeln!(out, "# minResources: schedulingPolicy.minResources, passed through");
+        }
+        MinResources::Computed(_) => {
+            let _ = writeln!(
+                out,
+                "# minResources: the first {} pods by priority (highest first, ties Master, Chief, Launcher, PS, Worker, Evaluator):",
+                gang.min_member
+            );
+        }
+    }
+    for m in &gang.members {
+        let request: Vec<String> = m.pod_request.iter().map(|(k, q)| format!("{k}={q}")).collect();
+        let _ = writeln!(
+            out,
+            "#   {}: {} of {} pods counted, priority {}{}, each requests {{{}}}",
+            m.replica_type,
+            m.counted,
+            m.replicas,
+            m.priority,
+            m.priority_class_name
+                .as_deref()
+                .map(|c| format!(" ({c})"))
+                .unwrap_or_default(),
+            request.join(", ")
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# (offline: no PriorityClasses, LimitRanges or RuntimeClasses are known; a cluster may add requests and priorities)"
+    );
+    for w in gang.warnings.iter().chain(name_warning.iter()) {
+        let _ = writeln!(out, "# warning: {w}");
+    }
+    for m in backend::missing_links(b, &job, &name, opts) {
+        let _ = writeln!(out, "# warning: MissingPodGroupLink: {m}");
+    }
+    out.push_str(&serde_yaml_ng::to_string(&object).map_err(|e| ExplainError::Parse(e.to_string()))?);
+    Ok(out)
+}

@@ -1,0 +1,309 @@
+//! Step 2 of the pipeline: a normalised [`Job`] → its [`Gang`]: minMember, the pods that make up
+//! minResources, and the reasoning (pure; SPEC §3.1 and §3.2).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
+
+use crate::job::{Flavor, InvalidJob, Job};
+use crate::quantity::Quantity;
+use crate::resources::{AdmissionDefaults, ResourceMap, add_into, effective_pod_request, scale};
+
+/// The largest minMember a PodGroup can carry (`int32`).
+const MAX_MIN_MEMBER: u64 = i32::MAX as u64;
+
+/// PriorityClass values by name, and the `globalDefault` one.
+#[derive(Debug, Clone, Default)]
+pub struct Priorities {
+    pub values: BTreeMap<String, i32>,
+    pub global_default: Option<i32>,
+}
+
+impl Priorities {
+    pub fn from_classes<'a>(classes: impl IntoIterator<Item = &'a PriorityClass>) -> Self {
+        let mut p = Priorities::default();
+        let mut defaults: Vec<(&str, i32)> = Vec::new();
+        for pc in classes {
+            let name = pc.metadata.name.as_deref().unwrap_or_default();
+            p.values.insert(name.to_string(), pc.value);
+            if pc.global_default == Some(true) {
+                defaults.push((name, pc.value));
+            }
+        }
+        // Admission uses the lowest-valued global default if several exist; be deterministic.
+        p.global_default = defaults.iter().map(|(_, v)| *v).min();
+        p
+    }
+
+    /// The priority a pod with this `priorityClassName` gets at admission.
+    fn resolve(&self, class: Option<&str>) -> Resolved {
+        match class.filter(|c| !c.is_empty()) {
+            Some(c) => match self.values.get(c) {
+                Some(v) => Resolved::Class(*v),
+                None => Resolved::UnknownClass,
+            },
+            None => match self.global_default {
+                Some(v) => Resolved::GlobalDefault(v),
+                None => Resolved::Zero,
+            },
+        }
+    }
+}
+
+enum Resolved {
+    Class(i32),
+    GlobalDefault(i32),
+    Zero,
+    UnknownClass,
+}
+
+/// Which numbered rule of SPEC §3.1 set minMember.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MinMemberRule {
+    /// §3.1.2 `schedulingPolicy.minAvailable`.
+    MinAvailable,
+    /// §3.1.3 Σ non-Worker replicas + `elasticPolicy.minReplicas`.
+    ElasticMinReplicas,
+    /// §3.1.4 MPIJob v2beta1: Worker replicas + 1 launcher.
+    MpiWorkersPlusLauncher,
+    /// §3.1.4 MPIJob v2beta1 with `WaitForWorkersReady`: the workers only.
+    MpiWorkersOnly,
+    /// §3.1.5 Σ replicas over all replica types.
+    SumOfReplicas,
+}
+
+impl MinMemberRule {
+    pub fn describe(&self) -> &'static str {
+        match self {
+            MinMemberRule::MinAvailable => "schedulingPolicy.minAvailable (SPEC 3.1.2)",
+            MinMemberRule::ElasticMinReplicas => {
+                "non-Worker replicas + elasticPolicy.minReplicas (SPEC 3.1.3)"
+            }
+            MinMemberRule::MpiWorkersPlusLauncher => "Worker replicas + 1 launcher (SPEC 3.1.4)",
+            MinMemberRule::MpiWorkersOnly => {
+                "Worker replicas; launcherCreationPolicy WaitForWorkersReady leaves the launcher out of the gang (SPEC 3.1.4)"
+            }
+            MinMemberRule::SumOfReplicas => "sum of replicas over all replica types (SPEC 3.1.5)",
+        }
+    }
+}
+
+/// One replica type's place in the gang.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Member {
+    pub replica_type: &'static str,
+    /// Pods of this type that exist in the gang.
+    pub replicas: u64,
+    /// Pods of this type counted towards minMember / minResources.
+    pub counted: u64,
+    pub priority: i32,
+    pub priority_class_name: Option<String>,
+    /// The effective request of one pod.
+    pub pod_request: ResourceMap,
+    /// `volcano.sh/task-spec` of the template, if any.
+    pub task_spec: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum MinResources {
+    /// `schedulingPolicy.minResources`, passed through verbatim.
+    FromPolicy(BTreeMap<String, K8sQuantity>),
+    /// Σ counted pods × per-pod effective request.
+    Computed(ResourceMap),
+}
+
+impl MinResources {
+    /// The serialised map, entries sorted by name, zero entries omitted for computed values.
+    pub fn to_k8s(&self) -> BTreeMap<String, K8sQuantity> {
+        match self {
+            MinResources::FromPolicy(m) => m.clone(),
+            MinResources::Computed(m) => m
+                .iter()
+                .filter(|(_, q)| !q.is_zero())
+                .map(|(k, q)| (k.clone(), q.to_k8s()))
+                .collect(),
+        }
+    }
+}
+
+/// The gang of one job: everything a backend needs to build its PodGroup.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gang {
+    pub min_member: u32,
+    pub rule: MinMemberRule,
+    /// Replica types in the order pods are counted (priority, then the tie order).
+    pub members: Vec<Member>,
+    pub min_resources: MinResources,
+    /// Things worth a Warning Event that do not stop the PodGroup.
+    pub warnings: Vec<String>,
+}
+
+impl Gang {
+    /// The PriorityClass of the highest-priority replica type that names one.
+    pub fn highest_priority_class(&self) -> Option<&str> {
+        self.members
+            .iter()
+            .find_map(|m| m.priority_class_name.as_deref().filter(|c| !c.is_empty()))
+    }
+}
+
+/// Deterministic order among replica types of equal priority (SPEC §3.2.2).
+fn tie_rank(replica_type: &str) -> usize {
+    const ORDER: [&str; 6] = ["Master", "Chief", "Launcher", "PS", "Worker", "Evaluator"];
+    ORDER
+        .iter()
+        .position(|t| *t == replica_type)
+        .unwrap_or(ORDER.len())
+}
+
+/// Computes the gang of a job (SPEC §3.1, §3.2).
+pub fn compute(
+    job: &Job,
+    priorities: &Priorities,
+    defaults: &AdmissionDefaults,
+) -> Result<Gang, InvalidJob> {
+    let mut warnings = Vec::new();
+
+    // The pods that can belong to the gang, per replica type.
+    let mut candidates: Vec<(&crate::job::Replica, u64)> = Vec::new();
+    for r in &job.replicas {
+        let count = match (job.kind.flavor, r.replica_type) {
+            // The launcher appears only after the workers run: counting it deadlocks the gang.
+            (Flavor::MpiV2, "Launcher") if job.launcher_waits_for_workers => continue,
+            // mpi-operator runs exactly one launcher (a batch/v1 Job).
+            (Flavor::MpiV2, "Launcher") => 1,
+            _ => r.replicas,
+        };
+        candidates.push((r, count));
+    }
+    let total: u128 = candidates.iter().map(|(_, n)| *n as u128).sum();
+    if total == 0 {
+        return Err(InvalidJob::ZeroReplicas);
+    }
+    if total > MAX_MIN_MEMBER as u128 {
+        return Err(InvalidJob::TooManyReplicas(total));
+    }
+    let total = total as u64;
+
+    let policy = job.scheduling_policy();
+    let (min_member, rule) = match policy.and_then(|p| p.min_available) {
+        Some(m) if m < 1 => return Err(InvalidJob::MinAvailableTooSmall(m)),
+        Some(m) if m as u64 > total => {
+            return Err(InvalidJob::MinAvailableAboveTotal {
+                min_available: m as u64,
+                total,
+            });
+        }
+        Some(m) => (m as u64, MinMemberRule::MinAvailable),
+        None => match job.kind.flavor {
+            Flavor::PyTorch if job.elastic_min_replicas.is_some() => {
+                let workers = job.replica("Worker").map_or(0, |r| r.replicas);
+                let others: u64 = candidates
+                    .iter()
+                    .filter(|(r, _)| r.replica_type != "Worker")
+                    .map(|(_, n)| n)
+                    .sum();
+                let mut min = job.elastic_min_replicas.unwrap_or(workers);
+                if min > workers {
+                    warnings.push(format!(
+                        "elasticPolicy.minReplicas {min} is above the {workers} Worker replicas; the gang counts {workers}"
+                    ));
+                    min = workers;
+                }
+                (others + min, MinMemberRule::ElasticMinReplicas)
+            }
+            Flavor::MpiV2 if job.launcher_waits_for_workers => (total, MinMemberRule::MpiWorkersOnly),
+            Flavor::MpiV2 => (total, MinMemberRule::MpiWorkersPlusLauncher),
+            _ => (total, MinMemberRule::SumOfReplicas),
+        },
+    };
+    if min_member == 0 {
+        return Err(InvalidJob::ZeroReplicas);
+    }
+    if rule == MinMemberRule::MinAvailable
+        && min_member < total
+        && matches!(job.kind.flavor, Flavor::MpiV1 | Flavor::MpiV2)
+    {
+        warnings.push(format!(
+            "schedulingPolicy.minAvailable {min_member} is below the {total} pods of this MPIJob: mpirun waits for every worker unless the application is elastic"
+        ));
+    }
+
+    // Order replica types by priority, highest first; ties broken deterministically.
+    let mut members = Vec::with_capacity(candidates.len());
+    for (r, count) in candidates {
+        let spec = r.template.spec.as_ref().expect("normalize guarantees a pod spec");
+        let class = spec.priority_class_name.as_deref();
+        let priority = match priorities.resolve(class) {
+            Resolved::Class(v) | Resolved::GlobalDefault(v) => v,
+            Resolved::Zero => 0,
+            Resolved::UnknownClass => {
+                warnings.push(format!(
+                    "replica type {}: PriorityClass {:?} does not exist; counted as priority 0 (its pods will be rejected at admission)",
+                    r.replica_type,
+                    class.unwrap_or_default()
+                ));
+                0
+            }
+        };
+        let pod_request = effective_pod_request(spec, defaults)
+            .map_err(|e| InvalidJob::InvalidResources(format!("replica type {}: {e}", r.replica_type)))?;
+        let task_spec = r
+            .template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.annotations.as_ref())
+            .and_then(|a| a.get("volcano.sh/task-spec"))
+            .cloned();
+        members.push(Member {
+            replica_type: r.replica_type,
+            replicas: count,
+            counted: 0,
+            priority,
+            priority_class_name: class.map(str::to_string),
+            pod_request,
+            task_spec,
+        });
+    }
+    members.sort_by(|a, b| {
+        b.priority
+            .cmp(&a.priority)
+            .then(tie_rank(a.replica_type).cmp(&tie_rank(b.replica_type)))
+            .then(a.replica_type.cmp(b.replica_type))
+    });
+
+    // Take pods in that order until minMember pods are counted.
+    let mut remaining = min_member;
+    let mut computed = ResourceMap::new();
+    for m in &mut members {
+        m.counted = m.replicas.min(remaining);
+        remaining -= m.counted;
+        if m.counted > 0 {
+            let part = scale(&m.pod_request, m.counted)
+                .map_err(|e| InvalidJob::InvalidResources(e.to_string()))?;
+            add_into(&mut computed, &part).map_err(|e| InvalidJob::InvalidResources(e.to_string()))?;
+        }
+    }
+    computed.retain(|_, q| !q.is_zero());
+
+    let min_resources = match policy.and_then(|p| p.min_resources.as_ref()) {
+        Some(given) => {
+            for (name, q) in given {
+                Quantity::parse_k8s(q).map_err(|e| {
+                    InvalidJob::InvalidResources(format!("schedulingPolicy.minResources[{name}]: {e}"))
+                })?;
+            }
+            MinResources::FromPolicy(given.clone())
+        }
+        None => MinResources::Computed(computed),
+    };
+
+    Ok(Gang {
+        min_member: min_member as u32,
+        rule,
+        members,
+        min_resources,
+        warnings,
+    })
+}

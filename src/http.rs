@@ -1,0 +1,91 @@
+//! `/metrics`, `/healthz` and `/readyz` over hyper.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tracing::{info, warn};
+
+use crate::controller::Readiness;
+use crate::metrics::Metrics;
+
+/// What the endpoints report on.
+#[derive(Clone)]
+pub struct Health {
+    pub metrics: Arc<Metrics>,
+    pub readiness: Readiness,
+    /// Unix time of the controller loop's last turn (it turns every discovery interval).
+    pub heartbeat: Arc<std::sync::atomic::AtomicI64>,
+    /// Liveness fails when the loop has not turned for this long: the runtime is wedged.
+    pub wedged_after: Duration,
+}
+
+impl Health {
+    fn live(&self) -> bool {
+        let beat = self.heartbeat.load(std::sync::atomic::Ordering::Relaxed);
+        beat == 0 || k8s_openapi::jiff::Timestamp::now().as_second() - beat < self.wedged_after.as_secs() as i64
+    }
+}
+
+fn respond(status: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(status)
+        .header("content-type", content_type)
+        .body(Full::new(Bytes::from(body)))
+        .expect("valid response")
+}
+
+async fn handle(req: Request<Incoming>, health: Health) -> Result<Response<Full<Bytes>>, Infallible> {
+    Ok(match req.uri().path() {
+        "/metrics" => respond(
+            StatusCode::OK,
+            "text/plain; version=0.0.4; charset=utf-8",
+            health.metrics.encode(),
+        ),
+        "/healthz" | "/livez" => {
+            if health.live() {
+                respond(StatusCode::OK, "text/plain", "ok".into())
+            } else {
+                respond(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "reconcile loop wedged".into())
+            }
+        }
+        "/readyz" => {
+            if health.readiness.is_ready() {
+                respond(StatusCode::OK, "text/plain", "ok".into())
+            } else {
+                respond(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "caches not synced".into())
+            }
+        }
+        _ => respond(StatusCode::NOT_FOUND, "text/plain", "not found".into()),
+    })
+}
+
+/// Serves the endpoints on `addr` until the task is dropped.
+pub async fn serve(listener: TcpListener, health: Health) {
+    if let Ok(addr) = listener.local_addr() {
+        info!(%addr, "serving /metrics, /healthz, /readyz");
+    }
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                warn!(error = %e, "accept failed");
+                continue;
+            }
+        };
+        let health = health.clone();
+        tokio::spawn(async move {
+            let svc = service_fn(move |req| handle(req, health.clone()));
+            if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await {
+                warn!(error = %e, "http connection error");
+            }
+        });
+    }
+}

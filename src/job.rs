@@ -1,0 +1,506 @@
+//! Step 1 of the pipeline: a watched Kubeflow job → a normalised [`Job`] (pure).
+//!
+//! The operators apply their defaulting inside their reconcile loops, so the stored object may
+//! lack defaults (nil `replicas`, lower-case replica-type keys, missing elastic min/max). This
+//! module applies the same defaulting before anything is computed (SPEC §3.1.1).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use serde::Deserialize;
+use serde_json::Value;
+
+/// How a kind's replica specs are defaulted and how its gang is shaped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    PyTorch,
+    TensorFlow,
+    /// training-operator's `kubeflow.org/v1` MPIJob: the launcher is a plain pod.
+    MpiV1,
+    /// mpi-operator's `kubeflow.org/v2beta1` MPIJob: the launcher is a batch/v1 Job.
+    MpiV2,
+}
+
+/// One Kubeflow job kind and version that podgroup-sync can watch.
+#[derive(Debug, PartialEq, Eq)]
+pub struct JobKind {
+    pub kind: &'static str,
+    pub group: &'static str,
+    pub version: &'static str,
+    pub plural: &'static str,
+    /// The `spec` field holding the replica specs.
+    pub replica_specs_field: &'static str,
+    /// Canonical replica-type names; keys are matched case-insensitively against these.
+    pub replica_types: &'static [&'static str],
+    /// The `runPolicy.managedBy` value of the operator that serves this kind.
+    pub default_manager: &'static str,
+    pub flavor: Flavor,
+}
+
+pub const PYTORCHJOB: JobKind = JobKind {
+    kind: "PyTorchJob",
+    group: "kubeflow.org",
+    version: "v1",
+    plural: "pytorchjobs",
+    replica_specs_field: "pytorchReplicaSpecs",
+    replica_types: &["Master", "Worker"],
+    default_manager: "kubeflow.org/training-operator",
+    flavor: Flavor::PyTorch,
+};
+pub const TFJOB: JobKind = JobKind {
+    kind: "TFJob",
+    group: "kubeflow.org",
+    version: "v1",
+    plural: "tfjobs",
+    replica_specs_field: "tfReplicaSpecs",
+    replica_types: &["PS", "Worker", "Chief", "Master", "Evaluator"],
+    default_manager: "kubeflow.org/training-operator",
+    flavor: Flavor::TensorFlow,
+};
+pub const MPIJOB_V2BETA1: JobKind = JobKind {
+    kind: "MPIJob",
+    group: "kubeflow.org",
+    version: "v2beta1",
+    plural: "mpijobs",
+    replica_specs_field: "mpiReplicaSpecs",
+    replica_types: &["Launcher", "Worker"],
+    default_manager: "kubeflow.org/mpi-operator",
+    flavor: Flavor::MpiV2,
+};
+pub const MPIJOB_V1: JobKind = JobKind {
+    kind: "MPIJob",
+    group: "kubeflow.org",
+    version: "v1",
+    plural: "mpijobs",
+    replica_specs_field: "mpiReplicaSpecs",
+    replica_types: &["Launcher", "Worker"],
+    default_manager: "kubeflow.org/training-operator",
+    flavor: Flavor::MpiV1,
+};
+
+/// Every kind podgroup-sync knows, in order of preference when a cluster serves several
+/// versions of one kind (only one MPIJob version is served per cluster).
+pub const KINDS: &[&JobKind] = &[&PYTORCHJOB, &TFJOB, &MPIJOB_V2BETA1, &MPIJOB_V1];
+
+impl JobKind {
+    pub fn api_version(&self) -> String {
+        format!("{}/{}", self.group, self.version)
+    }
+
+    /// The kind that matches an object's `apiVersion` and `kind`, if podgroup-sync knows it.
+    pub fn lookup(api_version: &str, kind: &str) -> Option<&'static JobKind> {
+        KINDS
+            .iter()
+            .copied()
+            .find(|k| k.kind == kind && k.api_version() == api_version)
+    }
+
+    fn canonical_type(&self, key: &str) -> Option<&'static str> {
+        self.replica_types
+            .iter()
+            .copied()
+            .find(|t| t.eq_ignore_ascii_case(key))
+    }
+
+    /// The operators' defaulting of a nil `replicas`.
+    fn default_replicas(&self, replica_type: &str) -> u64 {
+        match (self.flavor, replica_type) {
+            (Flavor::MpiV1 | Flavor::MpiV2, "Worker") => 0,
+            _ => 1,
+        }
+    }
+}
+
+/// Why a job cannot get a PodGroup. Each is reported as an `InvalidSpec` Warning Event and
+/// counted by reason; none is retried until the job changes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidJob {
+    #[error("the job has no spec.{0}")]
+    NoReplicaSpecs(&'static str),
+    #[error("unknown replica type {0:?} (expected one of {1})")]
+    UnknownReplicaType(String, String),
+    #[error("replica types {0:?} and {1:?} are the same type in different case")]
+    DuplicateReplicaType(String, String),
+    #[error("replica type {0}: no pod template")]
+    MissingTemplate(String),
+    #[error("replica type {0}: invalid pod template: {1}")]
+    InvalidTemplate(String, String),
+    #[error("replica type {0}: replicas must be a non-negative integer, got {1}")]
+    InvalidReplicas(String, String),
+    #[error("the job has zero replicas in total")]
+    ZeroReplicas,
+    #[error("the gang has {0} pods, more than a PodGroup can hold (2147483647)")]
+    TooManyReplicas(u128),
+    #[error("invalid spec: {0}")]
+    Malformed(String),
+    #[error("schedulingPolicy.minAvailable must be at least 1, got {0}")]
+    MinAvailableTooSmall(i64),
+    #[error(
+        "schedulingPolicy.minAvailable {min_available} is above the {total} pods the job has: the gang could never be scheduled"
+    )]
+    MinAvailableAboveTotal { min_available: u64, total: u64 },
+    #[error("elasticPolicy: {0}")]
+    InvalidElasticPolicy(String),
+    #[error("{0}")]
+    InvalidResources(String),
+}
+
+impl InvalidJob {
+    /// A short CamelCase label for metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            InvalidJob::NoReplicaSpecs(_) => "NoReplicaSpecs",
+            InvalidJob::UnknownReplicaType(..) => "UnknownReplicaType",
+            InvalidJob::DuplicateReplicaType(..) => "DuplicateReplicaType",
+            InvalidJob::MissingTemplate(_) => "MissingTemplate",
+            InvalidJob::InvalidTemplate(..) => "InvalidTemplate",
+            InvalidJob::InvalidReplicas(..) => "InvalidReplicas",
+            InvalidJob::ZeroReplicas => "ZeroReplicas",
+            InvalidJob::TooManyReplicas(_) => "TooManyReplicas",
+            InvalidJob::Malformed(_) => "Malformed",
+            InvalidJob::MinAvailableTooSmall(_) => "MinAvailableTooSmall",
+            InvalidJob::MinAvailableAboveTotal { .. } => "MinAvailableAboveTotal",
+            InvalidJob::InvalidElasticPolicy(_) => "InvalidElasticPolicy",
+            InvalidJob::InvalidResources(_) => "InvalidResources",
+        }
+    }
+}
+
+/// `spec.runPolicy`, the fields podgroup-sync reads.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RunPolicy {
+    pub suspend: Option<bool>,
+    pub managed_by: Option<String>,
+    pub scheduling_policy: Option<SchedulingPolicy>,
+}
+
+/// `spec.runPolicy.schedulingPolicy` (identical in shape for v1 and v2beta1).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct SchedulingPolicy {
+    pub min_available: Option<i64>,
+    pub queue: Option<String>,
+    pub min_resources: Option<BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+    pub priority_class: Option<String>,
+    pub schedule_timeout_seconds: Option<i32>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct ElasticPolicySpec {
+    min_replicas: Option<i64>,
+    max_replicas: Option<i64>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct ReplicaSpecIn {
+    replicas: Option<Value>,
+    template: Option<Value>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct Condition {
+    #[serde(rename = "type")]
+    type_: String,
+    status: String,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+struct StatusIn {
+    conditions: Vec<Condition>,
+}
+
+/// One replica type after defaulting.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Replica {
+    /// Canonical name (`Master`, `Worker`, `PS`, …).
+    pub replica_type: &'static str,
+    pub replicas: u64,
+    pub template: PodTemplateSpec,
+}
+
+/// A job as its operator's defaulting would see it: everything the gang computation needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Job {
+    pub kind: &'static JobKind,
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+    pub annotations: BTreeMap<String, String>,
+    /// Replica types in canonical order of the kind's table.
+    pub replicas: Vec<Replica>,
+    pub run_policy: RunPolicy,
+    /// PyTorch `elasticPolicy.minReplicas` after defaulting, when an elastic policy is set.
+    pub elastic_min_replicas: Option<u64>,
+    /// MPIJob v2beta1 `launcherCreationPolicy: WaitForWorkersReady`.
+    pub launcher_waits_for_workers: bool,
+    /// A `Succeeded` or `Failed` condition is true.
+    pub finished: bool,
+}
+
+impl Job {
+    pub fn suspended(&self) -> bool {
+        self.run_policy.suspend.unwrap_or(false)
+    }
+
+    pub fn scheduling_policy(&self) -> Option<&SchedulingPolicy> {
+        self.run_policy.scheduling_policy.as_ref()
+    }
+
+    /// Whether another controller (e.g. MultiKueue) manages this job, so its operator — and we —
+    /// leave it alone.
+    pub fn managed_elsewhere(&self) -> bool {
+        matches!(&self.run_policy.managed_by, Some(m) if !m.is_empty() && m != self.kind.default_manager)
+    }
+
+    /// Σ replicas over all replica types.
+    pub fn total_replicas(&self) -> u64 {
+        self.replicas.iter().map(|r| r.replicas).sum()
+    }
+
+    pub fn replica(&self, replica_type: &str) -> Option<&Replica> {
+        self.replicas.iter().find(|r| r.replica_type == replica_type)
+    }
+}
+
+/// The identity of a job object, read even when its spec is invalid, so the failure can be
+/// reported on it.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ObjectIdentity {
+    pub name: String,
+    pub namespace: Option<String>,
+    pub uid: Option<String>,
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// Normalises a job object (as JSON: `metadata`, `spec`, `status`) of the given kind.
+pub fn normalize(kind: &'static JobKind, obj: &Value) -> Result<Job, InvalidJob> {
+    let meta: ObjectIdentity = obj
+        .get("metadata")
+        .cloned()
+        .map(serde_json::from_value)
+        .transpose()
+        .map_err(|e| InvalidJob::Malformed(format!("metadata: {e}")))?
+        .unwrap_or_default();
+    let empty = Value::Object(Default::default());
+    let spec = obj.get("spec").unwrap_or(&empty);
+    let run_policy: RunPolicy = match spec.get("runPolicy") {
+        Some(v) if !v.is_null() => serde_json::from_value(v.clone())
+            .map_err(|e| InvalidJob::Malformed(format!("runPolicy: {e}")))?,
+        _ => RunPolicy::default(),
+    };
+    let status: StatusIn = obj
+        .get("status")
+        .and_then(|s| serde_json::from_value(s.clone()).ok())
+        .unwrap_or_default();
+    let finished = status
+        .conditions
+        .iter()
+        .any(|c| (c.type_ == "Succeeded" || c.type_ == "Failed") && c.status == "True");
+
+    let replicas = normalize_replicas(kind, spec.get(kind.replica_specs_field))?;
+
+    let elastic_min_replicas = match (kind.flavor, spec.get("elasticPolicy")) {
+        (Flavor::PyTorch, Some(v)) if !v.is_null() => {
+            let ep: ElasticPolicySpec = serde_json::from_value(v.clone())
+                .map_err(|e| InvalidJob::InvalidElasticPolicy(e.to_string()))?;
+            let workers = replicas
+                .iter()
+                .find(|r| r.replica_type == "Worker")
+                .map_or(0, |r| r.replicas);
+            // Operator defaulting: one of min/max set ⇒ both; neither ⇒ both = Worker replicas.
+            let min = ep.min_replicas.or(ep.max_replicas);
+            match min {
+                None => Some(workers),
+                Some(m) if m < 0 => {
+                    return Err(InvalidJob::InvalidElasticPolicy(format!(
+                        "minReplicas must not be negative, got {m}"
+                    )));
+                }
+                Some(m) => Some(m as u64),
+            }
+        }
+        _ => None,
+    };
+    let launcher_waits_for_workers = kind.flavor == Flavor::MpiV2
+        && spec.get("launcherCreationPolicy").and_then(Value::as_str) == Some("WaitForWorkersReady");
+
+    Ok(Job {
+        kind,
+        name: meta.name,
+        namespace: meta.namespace.unwrap_or_default(),
+        uid: meta.uid.unwrap_or_default(),
+        annotations: meta.annotations,
+        replicas,
+        run_policy,
+        elastic_min_replicas,
+        launcher_waits_for_workers,
+        finished,
+    })
+}
+
+fn normalize_replicas(kind: &'static JobKind, specs: Option<&Value>) -> Result<Vec<Replica>, InvalidJob> {
+    let specs: BTreeMap<String, Option<ReplicaSpecIn>> = match specs {
+        None | Some(Value::Null) => return Err(InvalidJob::NoReplicaSpecs(kind.replica_specs_field)),
+        Some(v) => serde_json::from_value(v.clone())
+            .map_err(|e| InvalidJob::Malformed(format!("{}: {e}", kind.replica_specs_field)))?,
+    };
+    if specs.is_empty() {
+        return Err(InvalidJob::NoReplicaSpecs(kind.replica_specs_field));
+    }
+    let mut by_type: BTreeMap<&'static str, (String, ReplicaSpecIn)> = BTreeMap::new();
+    for (key, spec) in specs {
+        let canonical = kind
+            .canonical_type(&key)
+            .ok_or_else(|| InvalidJob::UnknownReplicaType(key.clone(), kind.replica_types.join(", ")))?;
+        if let Some((other, _)) = by_type.get(canonical) {
+            return Err(InvalidJob::DuplicateReplicaType(other.clone(), key));
+        }
+        by_type.insert(canonical, (key, spec.unwrap_or_default()));
+    }
+    let mut out = Vec::with_capacity(by_type.len());
+    for replica_type in kind.replica_types {
+        let Some((_, spec)) = by_type.remove(replica_type) else {
+            continue;
+        };
+        let replicas = match spec.replicas {
+            None | Some(Value::Null) => kind.default_replicas(replica_type),
+            Some(v) => v
+                .as_u64()
+                .ok_or_else(|| InvalidJob::InvalidReplicas(replica_type.to_string(), v.to_string()))?,
+        };
+        let template = match spec.template {
+            None | Some(Value::Null) => return Err(InvalidJob::MissingTemplate(replica_type.to_string())),
+            Some(t) => serde_json::from_value::<PodTemplateSpec>(t)
+                .map_err(|e| InvalidJob::InvalidTemplate(replica_type.to_string(), e.to_string()))?,
+        };
+        if template.spec.is_none() {
+            return Err(InvalidJob::MissingTemplate(replica_type.to_string()));
+        }
+        out.push(Replica {
+            replica_type,
+            replicas,
+            template,
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn template() -> Value {
+        json!({"spec": {"containers": [{"name": "c", "image": "i"}]}})
+    }
+
+    #[test]
+    fn rule_3_1_1_replica_type_keys_are_canonicalised_and_nil_replicas_default_to_one() {
+        let obj = json!({"metadata": {"name": "j", "namespace": "n", "uid": "u"},
+            "spec": {"pytorchReplicaSpecs": {"master": {"template": template()}, "WORKER": {"replicas": 3, "template": template()}}}});
+        let job = normalize(&PYTORCHJOB, &obj).unwrap();
+        let got: Vec<_> = job.replicas.iter().map(|r| (r.replica_type, r.replicas)).collect();
+        assert_eq!(got, vec![("Master", 1), ("Worker", 3)]);
+    }
+
+    #[test]
+    fn rule_3_1_1_mpi_worker_nil_defaults_to_zero_and_launcher_to_one() {
+        let obj = json!({"metadata": {"name": "j"},
+            "spec": {"mpiReplicaSpecs": {"Launcher": {"template": template()}, "Worker": {"template": template()}}}});
+        for kind in [&MPIJOB_V2BETA1, &MPIJOB_V1] {
+            let job = normalize(kind, &obj).unwrap();
+            assert_eq!(job.replica("Launcher").unwrap().replicas, 1);
+            assert_eq!(job.replica("Worker").unwrap().replicas, 0);
+        }
+    }
+
+    #[test]
+    fn rule_3_1_1_elastic_min_max_defaulting() {
+        let mk = |ep: Value| {
+            json!({"metadata": {"name": "j"}, "spec": {"elasticPolicy": ep,
+                "pytorchReplicaSpecs": {"Worker": {"replicas": 4, "template": template()}}}})
+        };
+        let min = |ep| normalize(&PYTORCHJOB, &mk(ep)).unwrap().elastic_min_replicas;
+        assert_eq!(min(json!({})), Some(4), "neither set: both = Worker replicas");
+        assert_eq!(min(json!({"maxReplicas": 6})), Some(6), "only max set: min = max");
+        assert_eq!(min(json!({"minReplicas": 2, "maxReplicas": 6})), Some(2));
+        assert!(matches!(
+            normalize(&PYTORCHJOB, &mk(json!({"minReplicas": -1}))),
+            Err(InvalidJob::InvalidElasticPolicy(_))
+        ));
+    }
+
+    #[test]
+    fn bad_input_is_an_invalid_job_never_a_panic() {
+        let cases = [
+            (json!({"metadata": {"name": "j"}, "spec": {}}), "NoReplicaSpecs"),
+            (
+                json!({"metadata": {"name": "j"}, "spec": {"pytorchReplicaSpecs": {}}}),
+                "NoReplicaSpecs",
+            ),
+            (
+                json!({"metadata": {"name": "j"}, "spec": {"pytorchReplicaSpecs": {"Boss": {"template": template()}}}}),
+                "UnknownReplicaType",
+            ),
+            (
+                json!({"metadata": {"name": "j"}, "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 1}}}}),
+                "MissingTemplate",
+            ),
+            (
+                json!({"metadata": {"name": "j"}, "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": "three", "template": template()}}}}),
+                "InvalidReplicas",
+            ),
+            (
+                json!({"metadata": {"name": "j"}, "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": -2, "template": template()}}}}),
+                "InvalidReplicas",
+            ),
+            (
+                json!({"metadata": {"name": "j"}, "spec": {"pytorchReplicaSpecs": {"worker": {"template": template()}, "Worker": {"template": template()}}}}),
+                "DuplicateReplicaType",
+            ),
+            (
+                json!({"metadata": {"name": "j"}, "spec": {"pytorchReplicaSpecs": {"Worker": {"template": {"spec": {"containers": "nope"}}}}}}),
+                "InvalidTemplate",
+            ),
+            (
+                json!({"metadata": {"name": "j"}, "spec": {"runPolicy": {"suspend": "yes"}, "pytorchReplicaSpecs": {"Worker": {"template": template()}}}}),
+                "Malformed",
+            ),
+        ];
+        for (obj, reason) in cases {
+            let err = normalize(&PYTORCHJOB, &obj).unwrap_err();
+            assert_eq!(err.reason(), reason, "{obj}");
+        }
+    }
+
+    #[test]
+    fn finished_when_succeeded_or_failed_condition_is_true() {
+        for (t, s, want) in [
+            ("Succeeded", "True", true),
+            ("Failed", "True", true),
+            ("Succeeded", "False", false),
+            ("Running", "True", false),
+        ] {
+            let obj = json!({"metadata": {"name": "j"},
+                "spec": {"tfReplicaSpecs": {"Worker": {"template": template()}}},
+                "status": {"conditions": [{"type": t, "status": s}]}});
+            assert_eq!(normalize(&TFJOB, &obj).unwrap().finished, want, "{t}={s}");
+        }
+    }
+
+    #[test]
+    fn managed_by_another_controller_is_detected() {
+        let mk = |m: &str| {
+            json!({"metadata": {"name": "j"}, "spec": {"runPolicy": {"managedBy": m},
+                "tfReplicaSpecs": {"Worker": {"template": template()}}}})
+        };
+        assert!(normalize(&TFJOB, &mk("kueue.x-k8s.io/multikueue")).unwrap().managed_elsewhere());
+        assert!(!normalize(&TFJOB, &mk("kubeflow.org/training-operator")).unwrap().managed_elsewhere());
+    }
+}

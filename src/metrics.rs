@@ -1,0 +1,176 @@
+//! The Prometheus registry and every metric podgroup-sync exports (SPEC §7).
+
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+/// Buckets from a millisecond to ten minutes: reconciles are fast, gangs can wait long.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0, 120.0, 300.0, 600.0,
+];
+
+pub struct Metrics {
+    pub registry: Registry,
+    pub reconcile_total: IntCounterVec,
+    pub reconcile_duration: HistogramVec,
+    pub podgroup_writes: IntCounterVec,
+    pub podgroups: IntGaugeVec,
+    pub job_to_podgroup: HistogramVec,
+    pub gang_wait: HistogramVec,
+    pub conflicts: IntCounter,
+    pub invalid_jobs: IntCounterVec,
+    pub managed_namespaces: IntGaugeVec,
+    pub watched_kinds: IntGaugeVec,
+    pub backend_served: IntGaugeVec,
+    pub backend_unavailable: IntCounterVec,
+    pub events: IntCounterVec,
+    pub leader: IntGauge,
+    pub build_info: IntGaugeVec,
+    pub last_reconcile: prometheus::Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let counter_vec = |name: &str, help: &str, labels: &[&str]| {
+            let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
+            registry.register(Box::new(c.clone())).expect("unique metric");
+            c
+        };
+        let gauge_vec = |name: &str, help: &str, labels: &[&str]| {
+            let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
+            registry.register(Box::new(g.clone())).expect("unique metric");
+            g
+        };
+        let histogram_vec = |name: &str, help: &str, labels: &[&str]| {
+            let h = HistogramVec::new(
+                HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec()),
+                labels,
+            )
+            .expect("valid metric");
+            registry.register(Box::new(h.clone())).expect("unique metric");
+            h
+        };
+        let reconcile_total = counter_vec(
+            "podgroup_sync_reconcile_total",
+            "Job reconciles by job kind and result (ok, invalid, conflict, error).",
+            &["kind", "result"],
+        );
+        let reconcile_duration = histogram_vec(
+            "podgroup_sync_reconcile_duration_seconds",
+            "Time spent in one job reconcile.",
+            &["kind"],
+        );
+        let podgroup_writes = counter_vec(
+            "podgroup_sync_podgroup_writes_total",
+            "PodGroup writes sent to the API server by backend and operation (create, update, delete).",
+            &["backend", "op"],
+        );
+        let podgroups = gauge_vec(
+            "podgroup_sync_podgroups",
+            "PodGroups owned by podgroup-sync by backend and normalised phase.",
+            &["backend", "phase"],
+        );
+        let job_to_podgroup = histogram_vec(
+            "podgroup_sync_job_to_podgroup_seconds",
+            "Time from a job's creationTimestamp to its PodGroup being created.",
+            &["backend"],
+        );
+        let gang_wait = histogram_vec(
+            "podgroup_sync_gang_wait_seconds",
+            "Time from a PodGroup's creation to its first Running phase seen.",
+            &["backend"],
+        );
+        let conflicts = IntCounter::new(
+            "podgroup_sync_conflicts_total",
+            "Jobs whose PodGroup name is taken by a PodGroup that another owner controls.",
+        )
+        .expect("valid metric");
+        registry.register(Box::new(conflicts.clone())).expect("unique metric");
+        let invalid_jobs = counter_vec(
+            "podgroup_sync_invalid_jobs_total",
+            "Job reconciles that found a spec no PodGroup can be made from, by reason.",
+            &["reason"],
+        );
+        let managed_namespaces = gauge_vec(
+            "podgroup_sync_managed_namespaces",
+            "Namespaces by enablement mode (true, dry-run).",
+            &["mode"],
+        );
+        let watched_kinds = gauge_vec(
+            "podgroup_sync_watched_kinds",
+            "Job kinds podgroup-sync knows; served=\"true\" when the API server serves the CRD and it is watched.",
+            &["kind", "version", "served"],
+        );
+        let backend_served = gauge_vec(
+            "podgroup_sync_backend_served",
+            "1 when the API server serves the backend's PodGroup CRD.",
+            &["backend"],
+        );
+        let backend_unavailable = counter_vec(
+            "podgroup_sync_backend_unavailable_total",
+            "Job reconciles that wanted a backend whose PodGroup CRD is not served.",
+            &["backend"],
+        );
+        let events = counter_vec(
+            "podgroup_sync_events_total",
+            "Kubernetes Events emitted on jobs, by type and reason.",
+            &["type", "reason"],
+        );
+        let leader = IntGauge::new(
+            "podgroup_sync_leader",
+            "1 while this instance holds the leader Lease and may write.",
+        )
+        .expect("valid metric");
+        registry.register(Box::new(leader.clone())).expect("unique metric");
+        let build_info = gauge_vec(
+            "podgroup_sync_build_info",
+            "Always 1; labels say which build is running.",
+            &["version"],
+        );
+        build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+        let last_reconcile = prometheus::Gauge::new(
+            "podgroup_sync_last_reconcile_timestamp_seconds",
+            "Unix time of the last finished reconcile.",
+        )
+        .expect("valid metric");
+        registry.register(Box::new(last_reconcile.clone())).expect("unique metric");
+        Metrics {
+            registry,
+            reconcile_total,
+            reconcile_duration,
+            podgroup_writes,
+            podgroups,
+            job_to_podgroup,
+            gang_wait,
+            conflicts,
+            invalid_jobs,
+            managed_namespaces,
+            watched_kinds,
+            backend_served,
+            backend_unavailable,
+            events,
+            leader,
+            build_info,
+            last_reconcile,
+        }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut buf = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut buf)
+            .expect("text encoding never fails");
+        String::from_utf8(buf).expect("prometheus text is UTF-8")
+    }
+}
+

@@ -1,0 +1,606 @@
+//! Step 4 of the pipeline: the one place that decides what to write (SPEC §3, §4, §5).
+//!
+//! A reconcile reads the job, its namespace and the cluster context from caches, computes the
+//! desired PodGroup with the pure steps, compares it with the cached PodGroup, and applies or
+//! deletes only when they differ. A job that cannot get a PodGroup is an outcome (a Warning
+//! Event and a metric), never an error that retries forever.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::api::core::v1::{LimitRange, Namespace, ObjectReference};
+use k8s_openapi::api::node::v1::RuntimeClass;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Api, Client, Resource, ResourceExt, api::DynamicObject};
+use serde_json::Value;
+use tracing::{debug, info, warn};
+
+use crate::backend::{
+    self, BackendKind, BackendOptions, MANAGED_BY_LABEL, MANAGED_BY_VALUE, Phase, PodGroupBackend,
+};
+use crate::diff::needs_apply;
+use crate::enablement::{Enablement, Mode};
+use crate::gang::{self, Priorities};
+use crate::job::{self, InvalidJob, JobKind};
+use crate::metrics::Metrics;
+use crate::resources::AdmissionDefaults;
+
+/// The field manager of every write.
+pub const FIELD_MANAGER: &str = "podgroup-sync";
+
+/// When a running gang's PodGroup may be resized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ResizePolicy {
+    /// Follow every change of replicas or policy (needed for HPA and elastic jobs).
+    #[value(name = "always")]
+    Always,
+    /// Keep the size of an existing PodGroup; a suspended job's PodGroup is recreated on resume.
+    #[value(name = "while-suspended")]
+    WhileSuspended,
+    /// Never change the size of an existing PodGroup.
+    #[value(name = "never")]
+    Never,
+}
+
+/// Behaviour settings, from flags.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub enablement: Enablement,
+    pub backend_options: BackendOptions,
+    pub resize: ResizePolicy,
+    pub keep_finished: bool,
+    /// How long a scheduler-plugins PodGroup may stay Pending/Scheduling before an Event says so.
+    pub gang_wait_warning: Duration,
+}
+
+/// Read-only caches of the cluster, kept by reflectors.
+#[derive(Clone)]
+pub struct Caches {
+    pub namespaces: Store<Namespace>,
+    pub limit_ranges: Store<LimitRange>,
+    pub priority_classes: Store<PriorityClass>,
+    pub runtime_classes: Store<RuntimeClass>,
+    /// PodGroups of each backend whose CRD is served and whose cache has synced.
+    pub pod_groups: Arc<RwLock<BTreeMap<BackendKind, Store<DynamicObject>>>>,
+}
+
+impl Caches {
+    fn pod_group_store(&self, backend: BackendKind) -> Option<Store<DynamicObject>> {
+        self.pod_groups.read().expect("lock").get(&backend).cloned()
+    }
+
+    fn admission_defaults(&self, namespace: &str) -> Result<AdmissionDefaults, InvalidJob> {
+        let mut lrs: Vec<LimitRange> = self
+            .limit_ranges
+            .state()
+            .iter()
+            .filter(|l| l.metadata.namespace.as_deref() == Some(namespace))
+            .map(|l| (**l).clone())
+            .collect();
+        lrs.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        let rcs: Vec<RuntimeClass> = self.runtime_classes.state().iter().map(|r| (**r).clone()).collect();
+        AdmissionDefaults::from_limit_ranges_and_runtime_classes(&lrs, &rcs)
+            .map_err(|e| InvalidJob::InvalidResources(format!("namespace admission defaults: {e}")))
+    }
+}
+
+/// Shared by every job kind's controller.
+pub struct Context {
+    pub client: Client,
+    pub settings: Settings,
+    pub caches: Caches,
+    pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
+    events_seen: Mutex<HashMap<(String, String, String), Instant>>,
+    running_seen: Mutex<HashMap<String, ()>>,
+    /// False on a standby replica: it computes nothing and writes nothing.
+    pub leading: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// What went wrong talking to the API server; retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{action} PodGroup {namespace}/{name}: {source}")]
+    Write {
+        action: &'static str,
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("job object is not a known kind: {0}")]
+    UnknownKind(String),
+}
+
+/// How long a reported Event suppresses an identical one on the same job.
+const EVENT_DEDUP_WINDOW: Duration = Duration::from_secs(3600);
+
+impl Context {
+    pub fn new(client: Client, settings: Settings, caches: Caches, recorder: Recorder, metrics: Arc<Metrics>) -> Self {
+        Context {
+            client,
+            settings,
+            caches,
+            recorder,
+            metrics,
+            events_seen: Mutex::new(HashMap::new()),
+            running_seen: Mutex::new(HashMap::new()),
+            leading: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+        }
+    }
+
+    /// Publishes an Event on the job unless the same one was published recently (no storms).
+    async fn event(&self, job_ref: &ObjectReference, type_: EventType, reason: &str, note: String) {
+        let uid = job_ref.uid.clone().unwrap_or_default();
+        let note = truncate(note, 1000);
+        {
+            let mut seen = self.events_seen.lock().expect("lock");
+            let key = (uid, reason.to_string(), note.clone());
+            if seen.get(&key).is_some_and(|t| t.elapsed() < EVENT_DEDUP_WINDOW) {
+                return;
+            }
+            if seen.len() > 50_000 {
+                seen.retain(|_, t| t.elapsed() < EVENT_DEDUP_WINDOW);
+            }
+            seen.insert(key, Instant::now());
+        }
+        let type_label = if type_ == EventType::Warning { "Warning" } else { "Normal" };
+        self.metrics.events.with_label_values(&[type_label, reason]).inc();
+        let ev = Event {
+            type_,
+            reason: reason.to_string(),
+            note: Some(note),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, job_ref).await {
+            warn!(reason, error = %e, "could not publish event");
+        }
+    }
+
+    /// Forgets reported Events of a job, so they are reported again if they recur after a change.
+    fn forget_events(&self, uid: &str, reasons: &[&str]) {
+        self.events_seen
+            .lock()
+            .expect("lock")
+            .retain(|(u, r, _), _| !(u == uid && reasons.contains(&r.as_str())));
+    }
+}
+
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
+    s
+}
+
+/// Whether `pg` is controlled by the job with this UID.
+fn controlled_by(pg: &DynamicObject, uid: &str) -> bool {
+    pg.metadata
+        .owner_references
+        .as_ref()
+        .is_some_and(|refs| refs.iter().any(|r| r.controller == Some(true) && r.uid == uid))
+}
+
+/// Reconciles one job of `kind`.
+pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>, kind: &'static JobKind) -> Result<Action, Error> {
+    let started = Instant::now();
+    let result = reconcile_inner(&obj, &ctx, kind).await;
+    let label = match &result {
+        Ok(o) => o.label(),
+        Err(_) => "error",
+    };
+    ctx.metrics.reconcile_total.with_label_values(&[kind.kind, label]).inc();
+    ctx.metrics
+        .reconcile_duration
+        .with_label_values(&[kind.kind])
+        .observe(started.elapsed().as_secs_f64());
+    ctx.metrics.last_reconcile.set(Timestamp::now().as_second() as f64);
+    result.map(|o| o.action())
+}
+
+/// How a reconcile ended.
+enum Outcome {
+    Done,
+    Invalid,
+    Conflict,
+    /// Wait for something outside the job (a CRD, a long Pending gang) and look again.
+    RequeueAfter(Duration),
+}
+
+impl Outcome {
+    fn label(&self) -> &'static str {
+        match self {
+            Outcome::Done | Outcome::RequeueAfter(_) => "ok",
+            Outcome::Invalid => "invalid",
+            Outcome::Conflict => "conflict",
+        }
+    }
+    fn action(&self) -> Action {
+        match self {
+            Outcome::RequeueAfter(d) => Action::requeue(*d),
+            // Watches bring every change; a slow periodic look catches anything missed.
+            _ => Action::requeue(Duration::from_secs(3600)),
+        }
+    }
+}
+
+async fn reconcile_inner(obj: &DynamicObject, ctx: &Context, kind: &'static JobKind) -> Result<Outcome, Error> {
+    if !ctx.leading.load(std::sync::atomic::Ordering::Relaxed) {
+        return Ok(Outcome::RequeueAfter(Duration::from_secs(5)));
+    }
+    let namespace = obj.namespace().unwrap_or_default();
+    let uid = obj.uid().unwrap_or_default();
+    let job_ref = ObjectReference {
+        api_version: Some(kind.api_version()),
+        kind: Some(kind.kind.to_string()),
+        name: Some(obj.name_any()),
+        namespace: Some(namespace.clone()),
+        uid: Some(uid.clone()),
+        resource_version: None,
+        field_path: None,
+    };
+    let ns = ctx.caches.namespaces.get(&ObjectRef::new(&namespace));
+    let ns_annotations = ns.as_ref().and_then(|n| n.metadata.annotations.as_ref());
+    let mode = ctx.settings.enablement.namespace_mode(ns_annotations);
+    if obj.meta().deletion_timestamp.is_some() {
+        // The garbage collector removes the PodGroup through its ownerReference.
+        return Ok(Outcome::Done);
+    }
+    if mode == Mode::Off {
+        delete_owned(ctx, &namespace, &uid, None).await?;
+        return Ok(Outcome::Done);
+    }
+    let value = serde_json::to_value(obj).map_err(|e| Error::UnknownKind(e.to_string()))?;
+    let job = match job::normalize(kind, &value) {
+        Ok(j) => j,
+        Err(invalid) => return report_invalid(ctx, &job_ref, invalid).await,
+    };
+    if ctx.settings.enablement.job_opted_out(&job) || job.managed_elsewhere() {
+        delete_owned(ctx, &namespace, &uid, None).await?;
+        return Ok(Outcome::Done);
+    }
+    if job.finished && !ctx.settings.keep_finished {
+        if mode == Mode::Manage {
+            delete_owned(ctx, &namespace, &uid, None).await?;
+        }
+        return Ok(Outcome::Done);
+    }
+    if job.suspended() {
+        if mode == Mode::Manage {
+            delete_owned(ctx, &namespace, &uid, None).await?;
+        }
+        return Ok(Outcome::Done);
+    }
+
+    let priorities = Priorities::from_classes(ctx.caches.priority_classes.state().iter().map(|p| p.as_ref()));
+    let gang = match ctx
+        .caches
+        .admission_defaults(&namespace)
+        .and_then(|defaults| gang::compute(&job, &priorities, &defaults))
+    {
+        Ok(g) => g,
+        Err(invalid) => return report_invalid(ctx, &job_ref, invalid).await,
+    };
+    ctx.forget_events(&uid, &["InvalidSpec"]);
+
+    let opts = &ctx.settings.backend_options;
+    let (backend_kind, _why) = match ctx.settings.enablement.backend(&job, ns_annotations, opts) {
+        Ok(b) => b,
+        Err(msg) => {
+            ctx.event(&job_ref, EventType::Warning, "InvalidBackend", msg).await;
+            ctx.metrics.invalid_jobs.with_label_values(&["InvalidBackend"]).inc();
+            return Ok(Outcome::Invalid);
+        }
+    };
+    let backend = backend_kind.backend();
+    let Some(store) = ctx.caches.pod_group_store(backend_kind) else {
+        ctx.metrics
+            .backend_unavailable
+            .with_label_values(&[backend_kind.as_str()])
+            .inc();
+        ctx.event(
+            &job_ref,
+            EventType::Warning,
+            "BackendUnavailable",
+            format!(
+                "the {backend_kind} PodGroup CRD ({}) is not served by the API server; the PodGroup is created once it is",
+                backend.api_resource().api_version
+            ),
+        )
+        .await;
+        return Ok(Outcome::RequeueAfter(Duration::from_secs(300)));
+    };
+
+    let (name, name_warning) = backend::pod_group_name(backend, &job);
+    let mut warnings = gang.warnings.clone();
+    warnings.extend(name_warning);
+    if !warnings.is_empty() {
+        ctx.event(&job_ref, EventType::Warning, "GangSpecWarning", warnings.join("; ")).await;
+    }
+    let missing = backend::missing_links(backend, &job, &name, opts);
+    if !missing.is_empty() {
+        ctx.event(
+            &job_ref,
+            EventType::Warning,
+            "MissingPodGroupLink",
+            format!("pods of these templates will not join PodGroup {name}: {}", missing.join("; ")),
+        )
+        .await;
+    }
+
+    let existing = cached_or_fetched(ctx, backend, &store, &namespace, &name).await?;
+    if mode == Mode::Manage {
+        // A PodGroup this job owns under another name or backend is stale.
+        delete_owned(ctx, &namespace, &uid, Some((backend_kind, &name))).await?;
+    }
+    let existing_spec = existing.as_ref().and_then(|pg| pg.data.get("spec"));
+    let freeze = existing.is_some() && ctx.settings.resize != ResizePolicy::Always;
+    let desired = backend::desired_object(backend, &job, &gang, &name, existing_spec, freeze, opts);
+
+    match existing {
+        Some(pg) if !controlled_by(&pg, &uid) => {
+            ctx.metrics.conflicts.inc();
+            let owner = pg
+                .metadata
+                .owner_references
+                .as_ref()
+                .and_then(|r| r.iter().find(|o| o.controller == Some(true)))
+                .map(|o| format!("{} {}", o.kind, o.name))
+                .unwrap_or_else(|| "no controller".into());
+            ctx.event(
+                &job_ref,
+                EventType::Warning,
+                "PodGroupConflict",
+                format!(
+                    "{backend_kind} PodGroup {name} already exists and is controlled by {owner}; podgroup-sync leaves it untouched"
+                ),
+            )
+            .await;
+            Ok(Outcome::Conflict)
+        }
+        Some(pg) => {
+            let actual = serde_json::to_value(pg.as_ref()).unwrap_or(Value::Null);
+            if needs_apply(&desired, &actual, FIELD_MANAGER) {
+                if mode == Mode::DryRun {
+                    ctx.event(
+                        &job_ref,
+                        EventType::Normal,
+                        "WouldUpdatePodGroup",
+                        format!("{backend_kind} PodGroup {name}: {}", desired["spec"]),
+                    )
+                    .await;
+                } else {
+                    apply(ctx, backend, &namespace, &name, &desired, "update").await?;
+                }
+            }
+            Ok(report_status(ctx, &job_ref, backend, &pg).await)
+        }
+        None => {
+            if mode == Mode::DryRun {
+                ctx.event(
+                    &job_ref,
+                    EventType::Normal,
+                    "WouldCreatePodGroup",
+                    format!("{backend_kind} PodGroup {name}: {}", desired["spec"]),
+                )
+                .await;
+                return Ok(Outcome::Done);
+            }
+            apply(ctx, backend, &namespace, &name, &desired, "create").await?;
+            if let Some(created) = obj.meta().creation_timestamp.as_ref() {
+                let secs = Timestamp::now().duration_since(created.0).as_secs_f64().max(0.0);
+                ctx.metrics
+                    .job_to_podgroup
+                    .with_label_values(&[backend_kind.as_str()])
+                    .observe(secs);
+            }
+            info!(job = %job.name, namespace = %namespace, podgroup = %name, backend = %backend_kind, min_member = gang.min_member, "created PodGroup");
+            Ok(Outcome::Done)
+        }
+    }
+}
+
+async fn report_invalid(ctx: &Context, job_ref: &ObjectReference, invalid: InvalidJob) -> Result<Outcome, Error> {
+    ctx.metrics.invalid_jobs.with_label_values(&[invalid.reason()]).inc();
+    debug!(job = ?job_ref.name, reason = invalid.reason(), "invalid job");
+    ctx.event(job_ref, EventType::Warning, "InvalidSpec", format!("no PodGroup: {invalid}")).await;
+    Ok(Outcome::Invalid)
+}
+
+/// Looks a PodGroup up in the cache; on a miss asks the API server once, so a PodGroup that
+/// someone else created a moment ago is never taken over by an apply.
+async fn cached_or_fetched(
+    ctx: &Context,
+    backend: &dyn PodGroupBackend,
+    store: &Store<DynamicObject>,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<Arc<DynamicObject>>, Error> {
+    let ar = backend.api_resource();
+    let key = ObjectRef::new_with(name, ar.clone()).within(namespace);
+    if let Some(pg) = store.get(&key) {
+        return Ok(Some(pg));
+    }
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), namespace, &ar);
+    api.get_opt(name)
+        .await
+        .map(|o| o.map(Arc::new))
+        .map_err(|source| Error::Write {
+            action: "get",
+            namespace: namespace.into(),
+            name: name.into(),
+            source,
+        })
+}
+
+async fn apply(
+    ctx: &Context,
+    backend: &dyn PodGroupBackend,
+    namespace: &str,
+    name: &str,
+    desired: &Value,
+    op: &'static str,
+) -> Result<(), Error> {
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), namespace, &backend.api_resource());
+    // Force: the fields podgroup-sync owns are its to set, even after someone edited them.
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    api.patch(name, &params, &Patch::Apply(desired))
+        .await
+        .map_err(|source| Error::Write {
+            action: op,
+            namespace: namespace.into(),
+            name: name.into(),
+            source,
+        })?;
+    ctx.metrics
+        .podgroup_writes
+        .with_label_values(&[backend.kind().as_str(), op])
+        .inc();
+    Ok(())
+}
+
+/// Deletes the PodGroups controlled by the job `uid` in `namespace`, except `keep`.
+/// Each delete carries the PodGroup's UID as a precondition, so a PodGroup recreated meanwhile
+/// (for a new job of the same name) is never hit.
+async fn delete_owned(
+    ctx: &Context,
+    namespace: &str,
+    uid: &str,
+    keep: Option<(BackendKind, &str)>,
+) -> Result<(), Error> {
+    let stores: Vec<(BackendKind, Store<DynamicObject>)> = ctx
+        .caches
+        .pod_groups
+        .read()
+        .expect("lock")
+        .iter()
+        .map(|(k, s)| (*k, s.clone()))
+        .collect();
+    for (kind, store) in stores {
+        let owned = store.state_filter(|pg| {
+            pg.metadata.namespace.as_deref() == Some(namespace)
+                && controlled_by(pg, uid)
+                && keep != Some((kind, pg.metadata.name.as_deref().unwrap_or_default()))
+        });
+        for pg in owned {
+            let name = pg.name_any();
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(ctx.client.clone(), namespace, &kind.backend().api_resource());
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: pg.uid(),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match api.delete(&name, &params).await {
+                Ok(_) => {
+                    ctx.metrics
+                        .podgroup_writes
+                        .with_label_values(&[kind.as_str(), "delete"])
+                        .inc();
+                    info!(namespace, podgroup = %name, backend = %kind, "deleted PodGroup");
+                }
+                // Already gone, or replaced by a new object: nothing of ours to delete.
+                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+                Err(source) => {
+                    return Err(Error::Write {
+                        action: "delete",
+                        namespace: namespace.into(),
+                        name,
+                        source,
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Mirrors why the scheduler holds a gang back as Events; asks to look again while it waits.
+async fn report_status(
+    ctx: &Context,
+    job_ref: &ObjectReference,
+    backend: &dyn PodGroupBackend,
+    pg: &DynamicObject,
+) -> Outcome {
+    let status = pg.data.get("status");
+    let phase = backend.phase(status);
+    let pg_uid = pg.uid().unwrap_or_default();
+    let age = pg
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| Duration::try_from(Timestamp::now().duration_since(t.0)).unwrap_or_default())
+        .unwrap_or_default();
+    if phase == Phase::Running {
+        let first = self_insert(&ctx.running_seen, &pg_uid);
+        if first {
+            ctx.metrics
+                .gang_wait
+                .with_label_values(&[backend.kind().as_str()])
+                .observe(age.as_secs_f64());
+        }
+        return Outcome::Done;
+    }
+    if let Some((reason, message)) = backend.unschedulable(status) {
+        ctx.event(
+            job_ref,
+            EventType::Warning,
+            "GangUnschedulable",
+            format!("PodGroup {}: {reason}: {message}", pg.name_any()),
+        )
+        .await;
+        return Outcome::Done;
+    }
+    if matches!(phase, Phase::Pending | Phase::Scheduling) {
+        let limit = ctx.settings.gang_wait_warning;
+        if age >= limit {
+            ctx.event(
+                job_ref,
+                EventType::Warning,
+                "GangWaiting",
+                format!(
+                    "PodGroup {} has been {} for more than {}s: the gang is waiting for its pods or for capacity",
+                    pg.name_any(),
+                    phase.as_str(),
+                    limit.as_secs()
+                ),
+            )
+            .await;
+        } else {
+            return Outcome::RequeueAfter(limit - age + Duration::from_secs(1));
+        }
+    }
+    Outcome::Done
+}
+
+fn self_insert(set: &Mutex<HashMap<String, ()>>, key: &str) -> bool {
+    let mut s = set.lock().expect("lock");
+    if s.len() > 100_000 {
+        s.clear();
+    }
+    s.insert(key.to_string(), ()).is_none()
+}
+
+/// Backoff for API errors: retry soon, the watch also brings the next change.
+pub fn error_policy(_obj: Arc<DynamicObject>, err: &Error, _ctx: Arc<Context>) -> Action {
+    warn!(error = %err, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// PodGroup label selector of the PodGroups podgroup-sync manages.
+pub fn managed_selector() -> String {
+    format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}")
+}

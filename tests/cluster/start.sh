@@ -1,0 +1,285 @@
+#!/usr/bin/env bash
+# Starts a throw-away Kubernetes control plane on loopback for the tests:
+#   etcd, kube-apiserver (TLS, client-cert admin, RBAC, service-account signing key),
+#   the upstream CRDs (Kubeflow PyTorchJob/TFJob, MPIJob v2beta1, scheduler-plugins and Volcano
+#   PodGroups, Volcano Queue), then kube-controller-manager (garbage collector, namespace, job and
+#   service-account-token controllers).
+#
+# usage: start.sh WORK_DIR [--owner-pid PID]
+#
+#   WORK_DIR        created if missing; receives pki/, etcd/ (data), *.log and:
+#                     kubeconfig  admin client-cert user, current context "test"
+#                     env         shell-sourceable: KUBECONFIG API_URL BIN CRDS WORK_DIR ETCD_URL
+#                     pids        one PID per line: exactly the processes this script started
+#   --owner-pid PID also starts a detached reaper (own session) that runs stop.sh WORK_DIR as soon
+#                   as PID exits, so a test binary that panics or is killed leaks no processes.
+#
+# environment:
+#   START_KCM=0         do not start kube-controller-manager (no GC, namespaces stay Terminating)
+#   READY_TIMEOUT=120   seconds each component may take to become ready
+#   PGS_BIN_DIR, PGS_CRDS_DIR   use these directories instead of running get-binaries.sh
+#
+# Progress goes to stderr. On success the last stdout lines are KUBECONFIG=..., API_URL=... (the
+# same as WORK_DIR/env). On failure every process started so far is stopped and the tail of the
+# failing component's log is printed.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+T0=${EPOCHREALTIME/./}
+elapsed() { local us=$(( ${EPOCHREALTIME/./} - T0 )); printf '%d.%d' $(( us / 1000000 )) $(( us / 100000 % 10 )); }
+log() { printf '[start %s +%ss] %s\n' "$(date +%H:%M:%S)" "$(elapsed)" "$*" >&2; }
+usage() { echo "usage: $0 WORK_DIR [--owner-pid PID]" >&2; exit 2; }
+
+[ $# -ge 1 ] || usage
+W=$1; shift
+OWNER=
+while [ $# -gt 0 ]; do
+  case $1 in
+    --owner-pid) [ $# -ge 2 ] || usage; OWNER=$2; shift 2 ;;
+    --owner-pid=*) OWNER=${1#*=}; shift ;;
+    *) usage ;;
+  esac
+done
+if [ -n "$OWNER" ] && ! [ -d "/proc/$OWNER" ]; then
+  echo "start.sh: owner PID $OWNER is not running" >&2; exit 2
+fi
+READY_TIMEOUT=${READY_TIMEOUT:-120}
+START_KCM=${START_KCM:-1}
+
+mkdir -p "$W"
+W=$(cd "$W" && pwd -P)   # absolute: it is written into kubeconfig/env and matched by stop.sh
+if [ -s "$W/pids" ]; then
+  while read -r p; do
+    if [ -n "$p" ] && { tr '\0' '\n' < "/proc/$p/cmdline"; } 2>/dev/null | grep -qF -- "$W"; then
+      echo "start.sh: $W already has a running control plane (PID $p); run stop.sh $W first" >&2
+      exit 1
+    fi
+  done < "$W/pids"
+fi
+rm -rf "$W/pki" "$W/etcd" "$W/pids" "$W/env" "$W/kubeconfig" "$W/reaper.pid" "$W/stop.lock"
+mkdir -p "$W/pki" "$W/etcd"
+# This script is listed too while it runs, so that the reaper also ends a start interrupted by the
+# owner's death (it matches when WORK_DIR was given as an absolute path).
+echo $$ > "$W/pids"
+unlist_self() { grep -vx "$$" "$W/pids" > "$W/pids.tmp" || true; mv "$W/pids.tmp" "$W/pids"; }
+
+# --- cleanup on failure -----------------------------------------------------------------------
+STARTED_OK=0
+on_exit() {
+  local rc=$?
+  unlist_self
+  if [ "$STARTED_OK" != 1 ]; then
+    log "start failed (exit $rc); stopping what was started"
+    STOP_IF_IDLE=1 "$HERE/stop.sh" "$W" >&2 || true
+  fi
+}
+trap on_exit EXIT
+trap 'exit 130' INT TERM
+
+# fail COMPONENT MESSAGE: print the message and the tail of WORK_DIR/COMPONENT.log, then exit.
+fail() {
+  echo "start.sh: $1: $2" >&2
+  if [ -f "$W/$1.log" ]; then
+    echo "----- last 40 lines of $W/$1.log -----" >&2
+    tail -n 40 "$W/$1.log" >&2
+    echo "----- end of $1.log -----" >&2
+  fi
+  exit 1
+}
+
+# --- reaper -----------------------------------------------------------------------------------
+# starttime (field 22 of /proc/PID/stat) identifies a process across PID reuse.
+# shellcheck disable=SC2086  # word splitting of the stat fields is intended
+proc_start() { local s; s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; s=${s##*) }; set -- $s; echo "${20}"; }
+if [ -n "$OWNER" ]; then
+  OWNER_START=$(proc_start "$OWNER") || { echo "start.sh: owner PID $OWNER vanished" >&2; exit 2; }
+  # Detached (own session, stdio not inherited) so that it outlives the owner and never keeps the
+  # owner's pipes open. Its argv contains WORK_DIR, which stop.sh relies on.
+  # shellcheck disable=SC2016  # expanded by the reaper's bash
+  setsid bash -c '
+    W=$1 OWNER=$2 OWNER_START=$3 STOP=$4
+    echo $$ > "$W/reaper.pid.tmp" && mv "$W/reaper.pid.tmp" "$W/reaper.pid"
+    alive() { local s; s=$(cat "/proc/$OWNER/stat" 2>/dev/null) || return 1
+              s=${s##*) }; set -- $s; [ "$1" != Z ] && [ "${20}" = "$OWNER_START" ]; }
+    while alive; do sleep 1; done
+    echo "[reaper $(date +%H:%M:%S)] owner $OWNER exited; stopping the control plane"
+    exec "$STOP" "$W"
+  ' pgs-reaper "$W" "$OWNER" "$OWNER_START" "$HERE/stop.sh" </dev/null >>"$W/reaper.log" 2>&1 &
+  for _ in $(seq 100); do [ -s "$W/reaper.pid" ] && break; sleep 0.05; done
+  [ -s "$W/reaper.pid" ] || fail reaper "the reaper did not start"
+  cat "$W/reaper.pid" >> "$W/pids"
+  log "reaper $(cat "$W/reaper.pid") watches owner PID $OWNER"
+fi
+
+# --- binaries and CRDs ------------------------------------------------------------------------
+if [ -n "${PGS_BIN_DIR:-}" ] && [ -n "${PGS_CRDS_DIR:-}" ]; then
+  BIN=$PGS_BIN_DIR CRDS=$PGS_CRDS_DIR
+else
+  log "get-binaries.sh (cold: tens of minutes; warm: seconds)"
+  out=$("$HERE/get-binaries.sh" </dev/null) || { echo "start.sh: get-binaries.sh failed" >&2; exit 1; }
+  BIN=$(printf '%s\n' "$out" | sed -n 's/^BIN=//p' | tail -n 1)
+  CRDS=$(printf '%s\n' "$out" | sed -n 's/^CRDS=//p' | tail -n 1)
+fi
+for b in etcd kube-apiserver kubectl; do
+  [ -x "$BIN/$b" ] || { echo "start.sh: $BIN/$b is missing" >&2; exit 1; }
+done
+[ "$START_KCM" = 0 ] || [ -x "$BIN/kube-controller-manager" ] ||
+  { echo "start.sh: $BIN/kube-controller-manager is missing" >&2; exit 1; }
+CRD_FILES=(
+  "$CRDS/training-operator/kubeflow.org_pytorchjobs.yaml"
+  "$CRDS/training-operator/kubeflow.org_tfjobs.yaml"
+  "$CRDS/mpi-operator/kubeflow.org_mpijobs.yaml"   # v2beta1; NOT training-operator's (same name)
+  "$CRDS/scheduler-plugins/scheduling.x-k8s.io_podgroups.yaml"
+  "$CRDS/volcano/scheduling.volcano.sh_podgroups.yaml"
+  "$CRDS/volcano/scheduling.volcano.sh_queues.yaml"
+)
+for f in "${CRD_FILES[@]}"; do [ -f "$f" ] || { echo "start.sh: CRD file $f is missing" >&2; exit 1; }; done
+
+# --- ports and PKI ----------------------------------------------------------------------------
+# Four distinct free loopback ports (all bound at once, then released; a tiny race remains).
+read -r ETCD_PORT ETCD_PEER_PORT API_PORT KCM_PORT < <(python3 -c '
+import socket
+ss = [socket.socket() for _ in range(4)]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in ss])')
+ETCD_URL=http://127.0.0.1:$ETCD_PORT
+API_URL=https://127.0.0.1:$API_PORT
+
+log "PKI in $W/pki"
+(
+  cd "$W/pki"
+  ec() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1" 2>/dev/null; }  # PKCS#8
+  ec ca.key
+  openssl req -x509 -new -key ca.key -sha256 -days 7 -subj /CN=podgroup-sync-test-ca -out ca.crt \
+    -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign 2>/dev/null
+  # sign NAME SUBJECT EXTENSIONS
+  sign() {
+    ec "$1.key"
+    openssl req -new -key "$1.key" -subj "$2" -out "$1.csr" 2>/dev/null
+    printf '%b\n' "$3" > "$1.ext"
+    openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -sha256 -days 7 \
+      -extfile "$1.ext" -out "$1.crt" 2>/dev/null
+  }
+  sign apiserver /CN=kube-apiserver 'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:10.0.0.1\nextendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature\nbasicConstraints=critical,CA:FALSE'
+  sign admin '/O=system:masters/CN=admin' 'extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature\nbasicConstraints=critical,CA:FALSE'
+  ec sa.key                                     # service-account token signing key (ES256)
+  openssl pkey -in sa.key -pubout -out sa.pub 2>/dev/null
+) || fail pki "openssl failed"
+
+b64() { base64 -w0 < "$1"; }
+cat > "$W/kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: test
+  cluster:
+    server: $API_URL
+    certificate-authority-data: $(b64 "$W/pki/ca.crt")
+users:
+- name: admin
+  user:
+    client-certificate-data: $(b64 "$W/pki/admin.crt")
+    client-key-data: $(b64 "$W/pki/admin.key")
+contexts:
+- name: test
+  context:
+    cluster: test
+    user: admin
+    namespace: default
+current-context: test
+EOF
+chmod 600 "$W/kubeconfig"
+
+# start NAME CMD...: runs CMD detached from our stdio, logging to WORK_DIR/NAME.log; its PID is
+# appended to WORK_DIR/pids and left in STARTED_PID.
+STARTED_PID=
+start() {
+  local name=$1; shift
+  "$@" </dev/null >"$W/$name.log" 2>&1 &
+  STARTED_PID=$!
+  echo "$STARTED_PID" >> "$W/pids"
+}
+alive() { local s; s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; s=${s##*) }; [ "${s%% *}" != Z ]; }
+
+# wait_ready NAME PID CMD...: polls CMD (every 0.2 s) until it succeeds; fails if PID dies or the
+# deadline passes.
+wait_ready() {
+  local name=$1 pid=$2; shift 2
+  local deadline=$(( $(date +%s) + READY_TIMEOUT ))
+  until "$@" >/dev/null 2>&1; do
+    alive "$pid" || { wait "$pid" 2>/dev/null && rc=0 || rc=$?; fail "$name" "exited (status $rc) before becoming ready"; }
+    [ "$(date +%s)" -lt "$deadline" ] || fail "$name" "not ready after ${READY_TIMEOUT}s"
+    sleep 0.2
+  done
+}
+
+# --- etcd -------------------------------------------------------------------------------------
+log "etcd on $ETCD_URL"
+start etcd "$BIN/etcd" --name=pgs --data-dir="$W/etcd" --unsafe-no-fsync --log-level=warn \
+  --listen-client-urls="$ETCD_URL" --advertise-client-urls="$ETCD_URL" \
+  --listen-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
+  --initial-advertise-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
+  --initial-cluster="pgs=http://127.0.0.1:$ETCD_PEER_PORT"
+etcd_ready() { [ "$(curl -fsS --max-time 2 "$ETCD_URL/readyz")" = ok ]; }
+wait_ready etcd "$STARTED_PID" etcd_ready
+log "etcd ready"
+
+# --- kube-apiserver ---------------------------------------------------------------------------
+log "kube-apiserver on $API_URL"
+start apiserver "$BIN/kube-apiserver" \
+  --etcd-servers="$ETCD_URL" --bind-address=127.0.0.1 --advertise-address=127.0.0.1 \
+  --secure-port="$API_PORT" \
+  --tls-cert-file="$W/pki/apiserver.crt" --tls-private-key-file="$W/pki/apiserver.key" \
+  --client-ca-file="$W/pki/ca.crt" --cert-dir="$W/pki" \
+  --service-account-issuer="$API_URL" --service-account-key-file="$W/pki/sa.pub" \
+  --service-account-signing-key-file="$W/pki/sa.key" --service-cluster-ip-range=10.0.0.0/24 \
+  --authorization-mode=RBAC --allow-privileged=true --disable-admission-plugins=ServiceAccount \
+  --endpoint-reconciler-type=none
+# /readyz is readable anonymously (system:public-info-viewer); --cacert checks the serving cert.
+api_ready() { [ "$(curl -sS --max-time 5 --cacert "$W/pki/ca.crt" "$API_URL/readyz")" = ok ]; }
+wait_ready apiserver "$STARTED_PID" api_ready
+log "kube-apiserver ready"
+
+# --- CRDs -------------------------------------------------------------------------------------
+export KUBECONFIG=$W/kubeconfig
+kubectl() { "$BIN/kubectl" --kubeconfig="$W/kubeconfig" "$@"; }
+log "installing CRDs (server-side apply)"
+apply_args=()
+for f in "${CRD_FILES[@]}"; do apply_args+=(-f "$f"); done
+kubectl apply --server-side --field-manager=podgroup-sync-tests "${apply_args[@]}" \
+  >"$W/crds.log" 2>&1 || fail crds "kubectl apply of the CRDs failed"
+kubectl wait --for=condition=Established --timeout="${READY_TIMEOUT}s" "${apply_args[@]}" \
+  >>"$W/crds.log" 2>&1 || fail crds "CRDs not Established"
+log "CRDs established"
+
+# --- kube-controller-manager ------------------------------------------------------------------
+if [ "$START_KCM" != 0 ]; then
+  log "kube-controller-manager (secure port $KCM_PORT)"
+  start kcm "$BIN/kube-controller-manager" --kubeconfig="$W/kubeconfig" \
+    --authentication-kubeconfig="$W/kubeconfig" --authorization-kubeconfig="$W/kubeconfig" \
+    --bind-address=127.0.0.1 --secure-port="$KCM_PORT" --cert-dir="$W/pki/kcm" \
+    --leader-elect=false \
+    --controllers=garbage-collector-controller,namespace-controller,job-controller,serviceaccount-token-controller \
+    --service-account-private-key-file="$W/pki/sa.key" --root-ca-file="$W/pki/ca.crt" \
+    --use-service-account-credentials=false
+  # /healthz is in KCM's default --authorization-always-allow-paths; its serving cert is self-signed.
+  kcm_ready() { [ "$(curl -sSk --max-time 5 "https://127.0.0.1:$KCM_PORT/healthz")" = ok ]; }
+  wait_ready kcm "$STARTED_PID" kcm_ready
+  log "kube-controller-manager ready"
+else
+  log "START_KCM=0: no kube-controller-manager (no garbage collection, no namespace deletion)"
+fi
+
+{
+  printf 'export KUBECONFIG=%q\n' "$W/kubeconfig"
+  printf 'export API_URL=%q\n' "$API_URL"
+  printf 'export BIN=%q\n' "$BIN"
+  printf 'export CRDS=%q\n' "$CRDS"
+  printf 'export WORK_DIR=%q\n' "$W"
+  printf 'export ETCD_URL=%q\n' "$ETCD_URL"
+} > "$W/env"
+
+STARTED_OK=1
+log "control plane ready: $API_URL (KUBECONFIG=$W/kubeconfig; stop: $HERE/stop.sh $W)"
+echo "KUBECONFIG=$W/kubeconfig"
+echo "API_URL=$API_URL"

@@ -1,0 +1,280 @@
+//! Shared helpers for the integration tests that run against a real control plane
+//! (etcd + kube-apiserver + kube-controller-manager started by `tests/cluster/start.sh`).
+//!
+//! Use from a file in `tests/` with `mod support;`:
+//!
+//! ```ignore
+//! let cluster = support::cluster().await;          // started once per test binary
+//! let client = cluster.client().await;             // a fresh client for this test's runtime
+//! let ns = support::test_namespace(&client, "sync", &[]).await;
+//! ```
+//!
+//! One control plane is started per test binary, on first use, by running `start.sh` with
+//! `--owner-pid <this process>`: its reaper stops every process as soon as the test binary exits,
+//! whether it passed, panicked or was killed. Set `PGS_KUBECONFIG` to a kubeconfig to reuse a
+//! running control plane instead (nothing is started then; `start.sh DIR` and
+//! `PGS_KUBECONFIG=DIR/kubeconfig` give a fast edit-test loop).
+//!
+//! If the control plane cannot start, every test that asks for it panics: these tests fail,
+//! they never skip.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{ObjectMeta, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+
+/// A control plane the tests can talk to.
+#[derive(Debug)]
+pub struct Cluster {
+    /// Admin kubeconfig (client certificate in group system:masters).
+    pub kubeconfig: PathBuf,
+    /// start.sh's work directory (logs, PKI, `env`, `pids`); `None` when reusing `PGS_KUBECONFIG`.
+    pub work_dir: Option<PathBuf>,
+    /// Directory with etcd, kube-apiserver, kube-controller-manager and kubectl.
+    pub bin_dir: PathBuf,
+}
+
+static CLUSTER: OnceLock<Result<Cluster, String>> = OnceLock::new();
+
+/// The control plane shared by every test of this test binary, started on first use.
+///
+/// Blocks the calling thread while the control plane starts (tens of seconds warm; tens of
+/// minutes when get-binaries.sh has to build the binaries). Panics if it cannot start; the
+/// failure is remembered, so later tests fail at once with the same message.
+pub async fn cluster() -> &'static Cluster {
+    match CLUSTER.get_or_init(init_cluster) {
+        Ok(cluster) => cluster,
+        Err(message) => panic!("{message}"),
+    }
+}
+
+impl Cluster {
+    /// A kube `Config` built from the admin kubeconfig.
+    pub async fn config(&self) -> Config {
+        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", self.kubeconfig.display()));
+        Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("loading {}: {e}", self.kubeconfig.display()))
+    }
+
+    /// A new admin client. Make one per test: a client must not outlive the tokio runtime it
+    /// was first used on, and every `#[tokio::test]` has its own runtime.
+    pub async fn client(&self) -> Client {
+        Client::try_from(self.config().await)
+            .unwrap_or_else(|e| panic!("building a client for {}: {e}", self.kubeconfig.display()))
+    }
+
+    /// Runs `kubectl --kubeconfig=<admin kubeconfig> ARGS...` and returns its output, whatever its
+    /// exit status. Panics only if kubectl cannot be run at all.
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        let kubectl = self.bin_dir.join("kubectl");
+        Command::new(&kubectl)
+            .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("running {}: {e}", kubectl.display()))
+    }
+
+    /// Like [`Cluster::kubectl`], but panics (with stderr) unless kubectl succeeds; returns stdout.
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            out.status.success(),
+            "kubectl {} failed ({}):\n{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+/// Creates a namespace named `<prefix>-<unique suffix>` with the given annotations and returns
+/// its name. `prefix` should be a short DNS label (lower case, digits, '-').
+pub async fn test_namespace(client: &Client, prefix: &str, annotations: &[(&str, &str)]) -> String {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let prefix: String = prefix.to_ascii_lowercase().chars().take(48).collect();
+    let prefix = prefix.trim_end_matches('-');
+    for _ in 0..5 {
+        let name = format!("{prefix}-{}", unique_suffix());
+        let ns = Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                annotations: (!annotations.is_empty()).then(|| {
+                    annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+                }),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        };
+        match api.create(&PostParams::default(), &ns).await {
+            Ok(_) => return name,
+            Err(kube::Error::Api(status)) if status.is_already_exists() => continue,
+            Err(e) => panic!("creating namespace {name}: {e}"),
+        }
+    }
+    panic!("could not find a free namespace name for prefix {prefix:?}")
+}
+
+/// Polls `f` every 200 ms until it returns `Some`, and returns that value. Panics, naming
+/// `what`, when `timeout` passes first (also if a single call of `f` is still running then).
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        match tokio::time::timeout_at(deadline, f()).await {
+            Ok(Some(value)) => return value,
+            Ok(None) => {}
+            Err(_) => panic!("timed out after {timeout:?} waiting for {what} (the last check hung)"),
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// 8 base-36 characters from the clock, the process id and a per-process counter.
+fn unique_suffix() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
+    // splitmix64 finaliser, so that consecutive values do not share a prefix
+    let mut x = nanos ^ (u64::from(std::process::id()) << 32) ^ count.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^= x >> 31;
+    const DIGITS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    (0..8)
+        .map(|_| {
+            let d = DIGITS[(x % 36) as usize] as char;
+            x /= 36;
+            d
+        })
+        .collect()
+}
+
+fn cluster_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("cluster")
+}
+
+fn init_cluster() -> Result<Cluster, String> {
+    match std::env::var_os("PGS_KUBECONFIG").filter(|v| !v.is_empty()) {
+        Some(kubeconfig) => reuse_cluster(PathBuf::from(kubeconfig)),
+        None => start_cluster(),
+    }
+}
+
+/// `PGS_KUBECONFIG` is set: use that control plane. kubectl comes from `PGS_BIN_DIR`, else from
+/// the `env` file start.sh wrote next to the kubeconfig, else from get-binaries.sh.
+fn reuse_cluster(kubeconfig: PathBuf) -> Result<Cluster, String> {
+    if !kubeconfig.is_file() {
+        return Err(format!("PGS_KUBECONFIG={} is not a file", kubeconfig.display()));
+    }
+    let env_file = kubeconfig.parent().map(|d| d.join("env"));
+    let bin_dir = if let Some(dir) = std::env::var_os("PGS_BIN_DIR").filter(|v| !v.is_empty()) {
+        PathBuf::from(dir)
+    } else if let Some(env_file) = env_file.filter(|f| f.is_file()) {
+        bin_from_env_file(&env_file)?
+    } else {
+        let script = cluster_dir().join("get-binaries.sh");
+        let out = Command::new(&script)
+            .stdin(Stdio::null())
+            .stderr(Stdio::inherit())
+            .output()
+            .map_err(|e| format!("running {}: {e}", script.display()))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        match stdout.lines().filter_map(|l| l.strip_prefix("BIN=")).last() {
+            Some(bin) if out.status.success() => PathBuf::from(bin),
+            _ => return Err(format!("{} failed ({})", script.display(), out.status)),
+        }
+    };
+    Ok(Cluster { kubeconfig, work_dir: None, bin_dir })
+}
+
+/// Runs start.sh in a fresh directory under the system temp dir, owned by this process.
+fn start_cluster() -> Result<Cluster, String> {
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let work_dir = std::env::temp_dir().join(format!("podgroup-sync-cp-{}-{nanos}", std::process::id()));
+    let script = cluster_dir().join("start.sh");
+    let fail = |what: String, stderr_tail: &str| {
+        format!(
+            "the test control plane could not start: {what}\n\
+             work dir (logs): {}\n\
+             (control-plane tests fail rather than skip{}; set PGS_KUBECONFIG to reuse a running one)\n\
+             ----- last lines of start.sh's stderr -----\n{stderr_tail}",
+            work_dir.display(),
+            if std::env::var_os("CI").is_some() { ", and CI is set" } else { "" },
+        )
+    };
+
+    let mut child = Command::new(&script)
+        .arg(&work_dir)
+        .arg("--owner-pid")
+        .arg(std::process::id().to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| fail(format!("cannot run {}: {e}", script.display()), ""))?;
+
+    // Forward start.sh's progress to the real stderr (not libtest's capture: a cold build takes
+    // many minutes), and keep its tail for the panic message.
+    let stderr = child.stderr.take().expect("piped stderr");
+    let forwarder = std::thread::spawn(move || {
+        let mut tail: Vec<String> = Vec::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = writeln!(std::io::stderr(), "{line}");
+            tail.push(line);
+            if tail.len() > 80 {
+                tail.remove(0);
+            }
+        }
+        tail.join("\n")
+    });
+    let out = child
+        .wait_with_output()
+        .map_err(|e| fail(format!("waiting for {}: {e}", script.display()), ""))?;
+    let tail = forwarder.join().unwrap_or_default();
+    if !out.status.success() {
+        return Err(fail(format!("{} exited with {}", script.display(), out.status), &tail));
+    }
+
+    let kubeconfig = work_dir.join("kubeconfig");
+    let bin_dir = bin_from_env_file(&work_dir.join("env")).map_err(|e| fail(e, &tail))?;
+    if !kubeconfig.is_file() || !bin_dir.join("kubectl").is_file() {
+        return Err(fail(
+            format!("start.sh succeeded but {} or {}/kubectl is missing", kubeconfig.display(), bin_dir.display()),
+            &tail,
+        ));
+    }
+    Ok(Cluster { kubeconfig, work_dir: Some(work_dir), bin_dir })
+}
+
+/// The value of BIN in a shell-sourceable `env` file written by start.sh.
+fn bin_from_env_file(env_file: &Path) -> Result<PathBuf, String> {
+    let out = Command::new("bash")
+        .args(["-c", r#"source "$1" && printf %s "$BIN""#, "bash"])
+        .arg(env_file)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("running bash to read {}: {e}", env_file.display()))?;
+    if !out.status.success() || out.stdout.is_empty() {
+        return Err(format!("no BIN in {}", env_file.display()));
+    }
+    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).into_owned()))
+}
