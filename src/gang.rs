@@ -307,3 +307,312 @@ pub fn compute(
         warnings,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::{JobKind, MPIJOB_V1, MPIJOB_V2BETA1, PYTORCHJOB, TFJOB, normalize};
+    use serde_json::{Value, json};
+
+    fn container(requests: Value, limits: Value) -> Value {
+        json!({"name": "c", "image": "i", "resources": {"requests": requests, "limits": limits}})
+    }
+
+    fn template(containers: Value) -> Value {
+        json!({"spec": {"containers": containers}})
+    }
+
+    fn with_class(class: &str, containers: Value) -> Value {
+        json!({"spec": {"priorityClassName": class, "containers": containers}})
+    }
+
+    fn job(kind: &'static JobKind, spec: Value) -> Job {
+        normalize(kind, &json!({"metadata": {"name": "j", "namespace": "n", "uid": "u"}, "spec": spec})).unwrap()
+    }
+
+    fn gang_of(kind: &'static JobKind, spec: Value) -> Gang {
+        compute(&job(kind, spec), &Priorities::default(), &AdmissionDefaults::default()).unwrap()
+    }
+
+    fn resources(g: &Gang) -> Vec<(String, String)> {
+        g.min_resources
+            .to_k8s()
+            .into_iter()
+            .map(|(k, v)| (k, v.0))
+            .collect()
+    }
+
+    fn cpu(n: &str) -> Value {
+        template(json!([container(json!({"cpu": n}), json!({}))]))
+    }
+
+    fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
+        v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+    }
+
+    #[test]
+    fn rule_3_1_2_min_available_overrides_and_is_validated() {
+        let spec = |m: i64| {
+            json!({"runPolicy": {"schedulingPolicy": {"minAvailable": m}},
+                "pytorchReplicaSpecs": {"Master": {"template": cpu("1")}, "Worker": {"replicas": 3, "template": cpu("1")}}})
+        };
+        let g = gang_of(&PYTORCHJOB, spec(2));
+        assert_eq!((g.min_member, g.rule), (2, MinMemberRule::MinAvailable));
+        let err = |m| compute(&job(&PYTORCHJOB, spec(m)), &Priorities::default(), &AdmissionDefaults::default()).unwrap_err();
+        assert_eq!(err(0), InvalidJob::MinAvailableTooSmall(0));
+        assert_eq!(err(5), InvalidJob::MinAvailableAboveTotal { min_available: 5, total: 4 });
+    }
+
+    #[test]
+    fn rule_3_1_3_elastic_pytorch_counts_min_replicas() {
+        let g = gang_of(
+            &PYTORCHJOB,
+            json!({"elasticPolicy": {"minReplicas": 2, "maxReplicas": 8},
+                "pytorchReplicaSpecs": {"Master": {"template": cpu("1")}, "Worker": {"replicas": 6, "template": cpu("2")}}}),
+        );
+        assert_eq!((g.min_member, g.rule), (3, MinMemberRule::ElasticMinReplicas));
+        // The master and two workers make minResources.
+        assert_eq!(resources(&g), pairs(&[("cpu", "5")]));
+    }
+
+    #[test]
+    fn rule_3_1_4_mpi_workers_plus_launcher() {
+        let g = gang_of(
+            &MPIJOB_V2BETA1,
+            json!({"mpiReplicaSpecs": {"Launcher": {"template": cpu("1")}, "Worker": {"replicas": 4, "template": cpu("2")}}}),
+        );
+        assert_eq!((g.min_member, g.rule), (5, MinMemberRule::MpiWorkersPlusLauncher));
+        assert_eq!(resources(&g), pairs(&[("cpu", "9")]));
+    }
+
+    #[test]
+    fn rule_3_1_4_mpi_wait_for_workers_ready_leaves_the_launcher_out() {
+        let g = gang_of(
+            &MPIJOB_V2BETA1,
+            json!({"launcherCreationPolicy": "WaitForWorkersReady",
+                "mpiReplicaSpecs": {"Launcher": {"template": cpu("1")}, "Worker": {"replicas": 4, "template": cpu("2")}}}),
+        );
+        assert_eq!((g.min_member, g.rule), (4, MinMemberRule::MpiWorkersOnly));
+        assert_eq!(resources(&g), pairs(&[("cpu", "8")]));
+        assert!(g.members.iter().all(|m| m.replica_type == "Worker"));
+    }
+
+    #[test]
+    fn rule_3_1_4_run_launcher_as_worker_without_workers_is_a_gang_of_one() {
+        let g = gang_of(
+            &MPIJOB_V2BETA1,
+            json!({"runLauncherAsWorker": true, "mpiReplicaSpecs": {"Launcher": {"template": cpu("3")}}}),
+        );
+        assert_eq!(g.min_member, 1);
+        assert_eq!(resources(&g), pairs(&[("cpu", "3")]));
+    }
+
+    #[test]
+    fn rule_3_1_5_sum_of_replicas_includes_tf_evaluator_and_mpi_v1_launcher() {
+        let g = gang_of(
+            &TFJOB,
+            json!({"tfReplicaSpecs": {"PS": {"replicas": 2, "template": cpu("1")}, "Worker": {"replicas": 3, "template": cpu("1")},
+                "Chief": {"template": cpu("1")}, "Evaluator": {"template": cpu("1")}}}),
+        );
+        assert_eq!((g.min_member, g.rule), (7, MinMemberRule::SumOfReplicas));
+        assert_eq!(resources(&g), pairs(&[("cpu", "7")]));
+        let g = gang_of(
+            &MPIJOB_V1,
+            json!({"mpiReplicaSpecs": {"Launcher": {"template": cpu("1")}, "Worker": {"replicas": 2, "template": cpu("1")}}}),
+        );
+        assert_eq!((g.min_member, g.rule), (3, MinMemberRule::SumOfReplicas));
+    }
+
+    #[test]
+    fn rule_3_1_6_zero_replicas_is_invalid() {
+        let j = job(&TFJOB, json!({"tfReplicaSpecs": {"Worker": {"replicas": 0, "template": cpu("1")}}}));
+        assert_eq!(
+            compute(&j, &Priorities::default(), &AdmissionDefaults::default()).unwrap_err(),
+            InvalidJob::ZeroReplicas
+        );
+    }
+
+    #[test]
+    fn rule_3_1_6_more_pods_than_int32_is_invalid_not_a_panic() {
+        let j = job(
+            &PYTORCHJOB,
+            json!({"pytorchReplicaSpecs": {"Master": {"template": cpu("1")}, "Worker": {"replicas": 2147483647u64, "template": cpu("1")}}}),
+        );
+        assert_eq!(
+            compute(&j, &Priorities::default(), &AdmissionDefaults::default()).unwrap_err().reason(),
+            "TooManyReplicas"
+        );
+        // Exactly 2^31-1 pods still fits, and the arithmetic does not overflow.
+        let j = job(&PYTORCHJOB, json!({"pytorchReplicaSpecs": {"Worker": {"replicas": 2147483647u64, "template": cpu("64")}}}));
+        let g = compute(&j, &Priorities::default(), &AdmissionDefaults::default()).unwrap();
+        assert_eq!(resources(&g), pairs(&[("cpu", "137438953408")]));
+    }
+
+    #[test]
+    fn rule_3_2_1_init_containers_larger_than_containers() {
+        let g = gang_of(
+            &TFJOB,
+            json!({"tfReplicaSpecs": {"Worker": {"replicas": 2, "template": {"spec": {
+                "initContainers": [container(json!({"cpu": "4", "memory": "1Gi"}), json!({}))],
+                "containers": [container(json!({"cpu": "1", "memory": "4Gi"}), json!({}))]}}}}}),
+        );
+        assert_eq!(resources(&g), pairs(&[("cpu", "8"), ("memory", "8Gi")]));
+    }
+
+    #[test]
+    fn rule_3_2_1_native_sidecars_add_to_containers() {
+        let sidecar = json!({"name": "s", "image": "i", "restartPolicy": "Always", "resources": {"requests": {"cpu": "500m"}}});
+        let g = gang_of(
+            &TFJOB,
+            json!({"tfReplicaSpecs": {"Worker": {"template": {"spec": {
+                "initContainers": [sidecar],
+                "containers": [container(json!({"cpu": "1"}), json!({}))]}}}}}),
+        );
+        assert_eq!(resources(&g), pairs(&[("cpu", "1500m")]));
+    }
+
+    #[test]
+    fn rule_3_2_1_pod_overhead_is_added() {
+        let g = gang_of(
+            &TFJOB,
+            json!({"tfReplicaSpecs": {"Worker": {"replicas": 2, "template": {"spec": {
+                "overhead": {"cpu": "250m", "memory": "64Mi"},
+                "containers": [container(json!({"cpu": "1", "memory": "1Gi"}), json!({}))]}}}}}),
+        );
+        assert_eq!(resources(&g), pairs(&[("cpu", "2500m"), ("memory", "2176Mi")]));
+    }
+
+    #[test]
+    fn rule_3_2_1_gpus_given_only_as_limits_count() {
+        let g = gang_of(
+            &PYTORCHJOB,
+            json!({"pytorchReplicaSpecs": {"Worker": {"replicas": 4, "template": template(json!([
+                container(json!({"cpu": "2"}), json!({"nvidia.com/gpu": 1}))]))}}}),
+        );
+        assert_eq!(resources(&g), pairs(&[("cpu", "8"), ("nvidia.com/gpu", "4")]));
+    }
+
+    #[test]
+    fn rule_3_2_1_limit_range_defaults_apply_where_the_template_sets_nothing() {
+        let lr: k8s_openapi::api::core::v1::LimitRange = serde_json::from_value(json!({
+            "metadata": {"name": "lr"},
+            "spec": {"limits": [{"type": "Container", "defaultRequest": {"cpu": "300m"}, "default": {"memory": "512Mi"}}]}
+        }))
+        .unwrap();
+        let defaults = AdmissionDefaults::from_limit_ranges(&[lr]).unwrap();
+        let j = job(&TFJOB, json!({"tfReplicaSpecs": {"Worker": {"replicas": 2, "template": template(json!([{"name": "c", "image": "i"}]))}}}));
+        let g = compute(&j, &Priorities::default(), &defaults).unwrap();
+        assert_eq!(resources(&g), pairs(&[("cpu", "600m"), ("memory", "1Gi")]));
+    }
+
+    fn priorities(classes: &[(&str, i32, bool)]) -> Priorities {
+        let pcs: Vec<PriorityClass> = classes
+            .iter()
+            .map(|(n, v, g)| {
+                serde_json::from_value(json!({"metadata": {"name": n}, "value": v, "globalDefault": g})).unwrap()
+            })
+            .collect();
+        Priorities::from_classes(&pcs)
+    }
+
+    #[test]
+    fn rule_3_2_2_a_worker_that_outranks_the_launcher_is_counted_first() {
+        // mpi-operator counted the launcher minMember-1 times here; take pods by priority instead.
+        let j = job(
+            &MPIJOB_V2BETA1,
+            json!({"runPolicy": {"schedulingPolicy": {"minAvailable": 3}},
+                "mpiReplicaSpecs": {
+                "Launcher": {"template": with_class("low", json!([container(json!({"cpu": "1"}), json!({}))]))},
+                "Worker": {"replicas": 4, "template": with_class("high", json!([container(json!({"cpu": "8"}), json!({}))]))}}}),
+        );
+        let g = compute(&j, &priorities(&[("low", 10, false), ("high", 1000, false)]), &AdmissionDefaults::default()).unwrap();
+        assert_eq!(g.members[0].replica_type, "Worker");
+        assert_eq!(g.members[0].counted, 3);
+        assert_eq!(g.members[1].counted, 0);
+        assert_eq!(resources(&g), pairs(&[("cpu", "24")]));
+    }
+
+    #[test]
+    fn rule_3_2_2_empty_class_takes_the_global_default() {
+        let j = job(
+            &TFJOB,
+            json!({"runPolicy": {"schedulingPolicy": {"minAvailable": 1}},
+                "tfReplicaSpecs": {
+                "PS": {"template": with_class("batch", json!([container(json!({"cpu": "1"}), json!({}))]))},
+                "Worker": {"template": template(json!([container(json!({"cpu": "5"}), json!({}))]))}}}),
+        );
+        // The Worker has no class: the global default (100) outranks "batch" (50).
+        let g = compute(&j, &priorities(&[("batch", 50, false), ("cluster-default", 100, true)]), &AdmissionDefaults::default()).unwrap();
+        assert_eq!(resources(&g), pairs(&[("cpu", "5")]));
+    }
+
+    #[test]
+    fn rule_3_2_2_ties_are_broken_deterministically() {
+        let j = job(
+            &TFJOB,
+            json!({"runPolicy": {"schedulingPolicy": {"minAvailable": 3}},
+                "tfReplicaSpecs": {
+                "Evaluator": {"template": cpu("100")},
+                "Worker": {"replicas": 2, "template": cpu("10")},
+                "PS": {"template": cpu("1")},
+                "Chief": {"template": cpu("1000")}}}),
+        );
+        let order: Vec<_> = compute(&j, &Priorities::default(), &AdmissionDefaults::default())
+            .unwrap()
+            .members
+            .iter()
+            .map(|m| (m.replica_type, m.counted))
+            .collect();
+        assert_eq!(order, vec![("Chief", 1), ("PS", 1), ("Worker", 1), ("Evaluator", 0)]);
+    }
+
+    #[test]
+    fn rule_3_2_3_only_the_first_min_member_pods_count_and_zeros_are_omitted() {
+        let g = gang_of(
+            &PYTORCHJOB,
+            json!({"runPolicy": {"schedulingPolicy": {"minAvailable": 2}},
+                "pytorchReplicaSpecs": {"Master": {"template": template(json!([container(json!({"cpu": "1", "memory": "0"}), json!({}))]))},
+                "Worker": {"replicas": 5, "template": template(json!([container(json!({"cpu": "2", "memory": "0"}), json!({}))]))}}}),
+        );
+        assert_eq!(resources(&g), pairs(&[("cpu", "3")]));
+        assert!(!g.min_resources.to_k8s().contains_key("pods"));
+    }
+
+    #[test]
+    fn rule_3_2_min_resources_from_policy_pass_through_verbatim() {
+        let g = gang_of(
+            &TFJOB,
+            json!({"runPolicy": {"schedulingPolicy": {"minResources": {"cpu": "1.5", "nvidia.com/gpu": 8}}},
+                "tfReplicaSpecs": {"Worker": {"template": cpu("1")}}}),
+        );
+        assert_eq!(resources(&g), pairs(&[("cpu", "1.5"), ("nvidia.com/gpu", "8")]));
+        let bad = job(
+            &TFJOB,
+            json!({"runPolicy": {"schedulingPolicy": {"minResources": {"cpu": "lots"}}}, "tfReplicaSpecs": {"Worker": {"template": cpu("1")}}}),
+        );
+        assert_eq!(
+            compute(&bad, &Priorities::default(), &AdmissionDefaults::default()).unwrap_err().reason(),
+            "InvalidResources"
+        );
+    }
+
+    #[test]
+    fn unparseable_quantities_are_invalid_resources() {
+        let j = job(&TFJOB, json!({"tfReplicaSpecs": {"Worker": {"template": cpu("three")}}}));
+        let err = compute(&j, &Priorities::default(), &AdmissionDefaults::default()).unwrap_err();
+        assert_eq!(err.reason(), "InvalidResources");
+        assert!(err.to_string().contains("Worker"), "{err}");
+    }
+
+    #[test]
+    fn rule_3_2_4_identical_input_gives_byte_identical_output() {
+        let spec = json!({"tfReplicaSpecs": {
+            "Worker": {"replicas": 3, "template": template(json!([container(json!({"cpu": "1.5", "memory": "1.5Gi"}), json!({"nvidia.com/gpu": "1"}))]))},
+            "PS": {"template": cpu("0.25")}}});
+        let a = serde_json::to_string(&gang_of(&TFJOB, spec.clone()).min_resources.to_k8s()).unwrap();
+        for _ in 0..20 {
+            assert_eq!(serde_json::to_string(&gang_of(&TFJOB, spec.clone()).min_resources.to_k8s()).unwrap(), a);
+        }
+        assert_eq!(a, r#"{"cpu":"4750m","memory":"4608Mi","nvidia.com/gpu":"3"}"#);
+    }
+}
