@@ -104,10 +104,18 @@ fn spawn_reflector<K>(
     to_trigger: impl Fn(&K) -> Option<Trigger> + Send + Sync + 'static,
 ) -> (Store<K>, JoinHandle<()>)
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
 {
     let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, wc)).default_backoff().touched_objects();
+    let stream = reflector::reflector(writer, watcher(api, wc))
+        .default_backoff()
+        .touched_objects();
     let handle = tokio::spawn(async move {
         stream
             .for_each(|ev| {
@@ -140,14 +148,21 @@ fn spawn_pod_group_reflector(
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
         .modify(|pg: &mut DynamicObject| {
-            pg.metadata.annotations.as_mut().map(|a| a.remove("kubectl.kubernetes.io/last-applied-configuration"));
+            pg.metadata
+                .annotations
+                .as_mut()
+                .map(|a| a.remove("kubectl.kubernetes.io/last-applied-configuration"));
         });
     let stream = reflector::reflector(writer, stream);
     let handle = tokio::spawn(async move {
         stream
             .for_each(|ev| {
                 match ev {
-                    Ok(watcher::Event::Apply(pg) | watcher::Event::Delete(pg) | watcher::Event::InitApply(pg)) => {
+                    Ok(
+                        watcher::Event::Apply(pg)
+                        | watcher::Event::Delete(pg)
+                        | watcher::Event::InitApply(pg),
+                    ) => {
                         if let Some(t) = owner_trigger(&pg) {
                             let _ = triggers.send(t);
                         }
@@ -213,7 +228,9 @@ fn job_refs(
 }
 
 /// A broadcast receiver as a stream; a lag becomes `None` ("you missed something").
-fn tokio_stream_from(rx: broadcast::Receiver<Trigger>) -> impl Stream<Item = Option<Trigger>> + Send {
+fn tokio_stream_from(
+    rx: broadcast::Receiver<Trigger>,
+) -> impl Stream<Item = Option<Trigger>> + Send {
     futures::stream::unfold(rx, |mut rx| async move {
         loop {
             match rx.recv().await {
@@ -289,10 +306,34 @@ pub async fn run(
     );
     tasks.push(h);
     for (what, ready) in [
-        ("namespaces", tokio::spawn({ let s = namespaces.clone(); async move { s.wait_until_ready().await.is_ok() } })),
-        ("limitranges", tokio::spawn({ let s = limit_ranges.clone(); async move { s.wait_until_ready().await.is_ok() } })),
-        ("priorityclasses", tokio::spawn({ let s = priority_classes.clone(); async move { s.wait_until_ready().await.is_ok() } })),
-        ("runtimeclasses", tokio::spawn({ let s = runtime_classes.clone(); async move { s.wait_until_ready().await.is_ok() } })),
+        (
+            "namespaces",
+            tokio::spawn({
+                let s = namespaces.clone();
+                async move { s.wait_until_ready().await.is_ok() }
+            }),
+        ),
+        (
+            "limitranges",
+            tokio::spawn({
+                let s = limit_ranges.clone();
+                async move { s.wait_until_ready().await.is_ok() }
+            }),
+        ),
+        (
+            "priorityclasses",
+            tokio::spawn({
+                let s = priority_classes.clone();
+                async move { s.wait_until_ready().await.is_ok() }
+            }),
+        ),
+        (
+            "runtimeclasses",
+            tokio::spawn({
+                let s = runtime_classes.clone();
+                async move { s.wait_until_ready().await.is_ok() }
+            }),
+        ),
     ] {
         if !ready.await.unwrap_or(false) {
             return Err(RunError::CacheSync(what));
@@ -308,7 +349,13 @@ pub async fn run(
         pod_groups: Default::default(),
     };
     let ctx = Arc::new({
-        let mut c = Context::new(client.clone(), ctx_settings.clone(), caches.clone(), recorder, metrics.clone());
+        let mut c = Context::new(
+            client.clone(),
+            ctx_settings.clone(),
+            caches.clone(),
+            recorder,
+            metrics.clone(),
+        );
         c.leading = leading;
         c
     });
@@ -325,10 +372,14 @@ pub async fn run(
                     // Backends first: a job controller needs the PodGroup cache of its backend.
                     for b in BACKENDS {
                         let is = served.backends.contains(&b);
-                        metrics.backend_served.with_label_values(&[b.as_str()]).set(is as i64);
+                        metrics
+                            .backend_served
+                            .with_label_values(&[b.as_str()])
+                            .set(is as i64);
                         match (is, backend_tasks.contains_key(&b)) {
                             (true, false) => {
-                                let (store, h) = spawn_pod_group_reflector(client.clone(), b, triggers.clone());
+                                let (store, h) =
+                                    spawn_pod_group_reflector(client.clone(), b, triggers.clone());
                                 if store.wait_until_ready().await.is_err() {
                                     warn!(backend = %b, "PodGroup cache could not sync");
                                     h.abort();
@@ -357,15 +408,29 @@ pub async fn run(
                         let is = served.has_kind(kind);
                         metrics
                             .watched_kinds
-                            .with_label_values(&[kind.kind, kind.version, if is { "true" } else { "false" }])
+                            .with_label_values(&[
+                                kind.kind,
+                                kind.version,
+                                if is { "true" } else { "false" },
+                            ])
                             .set(1);
                         metrics
                             .watched_kinds
-                            .with_label_values(&[kind.kind, kind.version, if is { "false" } else { "true" }])
+                            .with_label_values(&[
+                                kind.kind,
+                                kind.version,
+                                if is { "false" } else { "true" },
+                            ])
                             .set(0);
                         match (is, kind_tasks.contains_key(&key)) {
                             (true, false) => {
-                                let h = spawn_kind_controller(client.clone(), kind, ctx.clone(), triggers.subscribe(), rt.concurrency);
+                                let h = spawn_kind_controller(
+                                    client.clone(),
+                                    kind,
+                                    ctx.clone(),
+                                    triggers.subscribe(),
+                                    rt.concurrency,
+                                );
                                 kind_tasks.insert(key, h);
                                 info!(kind = kind.kind, version = kind.version, "watching jobs");
                             }
@@ -373,10 +438,18 @@ pub async fn run(
                                 if let Some(h) = kind_tasks.remove(&key) {
                                     h.abort();
                                 }
-                                warn!(kind = kind.kind, version = kind.version, "CRD no longer served; stopped watching");
+                                warn!(
+                                    kind = kind.kind,
+                                    version = kind.version,
+                                    "CRD no longer served; stopped watching"
+                                );
                             }
                             (false, false) if first => {
-                                info!(kind = kind.kind, version = kind.version, "CRD not served; skipped until it is");
+                                info!(
+                                    kind = kind.kind,
+                                    version = kind.version,
+                                    "CRD not served; skipped until it is"
+                                );
                             }
                             _ => {}
                         }
@@ -391,7 +464,10 @@ pub async fn run(
             Err(e) => warn!(error = %e, "discovery failed; retrying"),
         }
         update_namespace_gauge(&metrics, &namespaces, &ctx_settings.enablement);
-        heartbeat.store(k8s_openapi::jiff::Timestamp::now().as_second(), Ordering::Relaxed);
+        heartbeat.store(
+            k8s_openapi::jiff::Timestamp::now().as_second(),
+            Ordering::Relaxed,
+        );
         tokio::select! {
             _ = &mut shutdown => break,
             _ = tokio::time::sleep(rt.discovery_interval) => {}
@@ -409,10 +485,16 @@ pub async fn run(
     Ok(())
 }
 
-fn update_namespace_gauge(metrics: &crate::metrics::Metrics, namespaces: &Store<Namespace>, e: &crate::enablement::Enablement) {
+fn update_namespace_gauge(
+    metrics: &crate::metrics::Metrics,
+    namespaces: &Store<Namespace>,
+    e: &crate::enablement::Enablement,
+) {
     let mut counts: HashMap<Mode, i64> = HashMap::new();
     for ns in namespaces.state() {
-        *counts.entry(e.namespace_mode(ns.metadata.annotations.as_ref())).or_default() += 1;
+        *counts
+            .entry(e.namespace_mode(ns.metadata.annotations.as_ref()))
+            .or_default() += 1;
     }
     for mode in [Mode::Manage, Mode::DryRun] {
         metrics
@@ -437,8 +519,9 @@ fn spawn_kind_controller(
         plural: kind.plural.into(),
     };
     let api: Api<DynamicObject> = Api::all_with(client, &ar);
-    let controller = Controller::new_with(api, watcher::Config::default().any_semantic(), ar.clone())
-        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency));
+    let controller =
+        Controller::new_with(api, watcher::Config::default().any_semantic(), ar.clone())
+            .with_config(kube::runtime::controller::Config::default().concurrency(concurrency));
     let jobs = controller.store();
     let controller = controller.reconcile_on(job_refs(triggers, jobs, kind, ar));
     tokio::spawn(async move {

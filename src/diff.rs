@@ -22,9 +22,9 @@ fn contains(desired: &Value, actual: &Value, quantities: bool) -> bool {
                 .is_some_and(|av| contains(dv, av, quantities || k == "minResources"))
         }),
         // Lists (ownerReferences): every desired element is matched by some actual element.
-        (Value::Array(d), Value::Array(a)) => {
-            d.iter().all(|dv| a.iter().any(|av| contains(dv, av, quantities)))
-        }
+        (Value::Array(d), Value::Array(a)) => d
+            .iter()
+            .all(|dv| a.iter().any(|av| contains(dv, av, quantities))),
         (d, a) if quantities => match (as_quantity(d), as_quantity(a)) {
             (Some(dq), Some(aq)) => dq == aq,
             _ => d == a,
@@ -43,7 +43,10 @@ fn as_quantity(v: &Value) -> Option<Quantity> {
 
 /// Whether a field this manager applied before is absent from `desired` but still set.
 fn owned_field_dropped(desired: &Value, actual: &Value, field_manager: &str) -> bool {
-    let Some(entries) = actual.pointer("/metadata/managedFields").and_then(Value::as_array) else {
+    let Some(entries) = actual
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+    else {
         return false;
     };
     entries
@@ -102,7 +105,10 @@ mod tests {
     #[test]
     fn changed_value_needs_a_write() {
         let desired = json!({"spec": {"minMember": 4}});
-        let a = actual(json!({"minMember": 3}), json!({"f:spec": {"f:minMember": {}}}));
+        let a = actual(
+            json!({"minMember": 3}),
+            json!({"f:spec": {"f:minMember": {}}}),
+        );
         assert!(needs_apply(&desired, &a, "podgroup-sync"));
     }
 
@@ -137,7 +143,8 @@ mod tests {
         let owner = json!({"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": "j", "uid": "u1", "controller": true, "blockOwnerDeletion": true});
         let desired = json!({"metadata": {"ownerReferences": [owner]}});
         let mut a = actual(json!({}), json!({}));
-        a["metadata"]["ownerReferences"] = json!([{"apiVersion": "x/v1", "kind": "Other", "name": "o", "uid": "u0"}, owner]);
+        a["metadata"]["ownerReferences"] =
+            json!([{"apiVersion": "x/v1", "kind": "Other", "name": "o", "uid": "u0"}, owner]);
         assert!(!needs_apply(&desired, &a, "podgroup-sync"));
         a["metadata"]["ownerReferences"] = json!([]);
         assert!(needs_apply(&desired, &a, "podgroup-sync"));

@@ -45,7 +45,10 @@ pub struct Enablement {
 impl Enablement {
     /// The mode of a namespace: the annotation's value decides; absent ⇒ the default mode.
     pub fn namespace_mode(&self, annotations: Option<&BTreeMap<String, String>>) -> Mode {
-        match annotations.and_then(|a| a.get(&self.annotation_key)).map(String::as_str) {
+        match annotations
+            .and_then(|a| a.get(&self.annotation_key))
+            .map(String::as_str)
+        {
             None => self.default_mode,
             Some("true") => Mode::Manage,
             Some("dry-run") => Mode::DryRun,
@@ -55,7 +58,10 @@ impl Enablement {
 
     /// A job opts out with the enablement annotation set to "false".
     pub fn job_opted_out(&self, job: &Job) -> bool {
-        job.annotations.get(&self.annotation_key).map(String::as_str) == Some("false")
+        job.annotations
+            .get(&self.annotation_key)
+            .map(String::as_str)
+            == Some("false")
     }
 
     /// The backend of a job, first match wins: job annotation, namespace annotation, the job's

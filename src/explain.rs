@@ -15,7 +15,9 @@ use crate::resources::AdmissionDefaults;
 pub enum ExplainError {
     #[error("cannot parse the job manifest: {0}")]
     Parse(String),
-    #[error("{0} is not a job kind podgroup-sync manages (PyTorchJob, TFJob kubeflow.org/v1; MPIJob kubeflow.org/v2beta1 or v1)")]
+    #[error(
+        "{0} is not a job kind podgroup-sync manages (PyTorchJob, TFJob kubeflow.org/v1; MPIJob kubeflow.org/v2beta1 or v1)"
+    )]
     UnknownKind(String),
     #[error("no PodGroup: {0}")]
     Invalid(#[from] job::InvalidJob),
@@ -25,10 +27,21 @@ pub enum ExplainError {
 
 /// Renders the PodGroup YAML for `manifest` (a job in YAML or JSON) and the reasoning as
 /// `# ` comment lines above it.
-pub fn explain(manifest: &str, backend: Option<BackendKind>, opts: &BackendOptions) -> Result<String, ExplainError> {
-    let value: Value = serde_yaml_ng::from_str(manifest).map_err(|e| ExplainError::Parse(e.to_string()))?;
-    let api_version = value.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
-    let kind_name = value.get("kind").and_then(Value::as_str).unwrap_or_default();
+pub fn explain(
+    manifest: &str,
+    backend: Option<BackendKind>,
+    opts: &BackendOptions,
+) -> Result<String, ExplainError> {
+    let value: Value =
+        serde_yaml_ng::from_str(manifest).map_err(|e| ExplainError::Parse(e.to_string()))?;
+    let api_version = value
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let kind_name = value
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
     let kind: &'static JobKind = JobKind::lookup(api_version, kind_name)
         .ok_or_else(|| ExplainError::UnknownKind(format!("{api_version} {kind_name}")))?;
     let mut job = job::normalize(kind, &value)?;
@@ -46,7 +59,9 @@ pub fn explain(manifest: &str, backend: Option<BackendKind>, opts: &BackendOptio
     };
     let (backend_kind, why) = match backend {
         Some(b) => (b, "--backend"),
-        None => enablement.backend(&job, None, opts).map_err(ExplainError::Backend)?,
+        None => enablement
+            .backend(&job, None, opts)
+            .map_err(ExplainError::Backend)?,
     };
     let b = backend_kind.backend();
     let (name, name_warning) = backend::pod_group_name(b, &job);
@@ -55,10 +70,18 @@ pub fn explain(manifest: &str, backend: Option<BackendKind>, opts: &BackendOptio
     let mut out = String::new();
     let _ = writeln!(out, "# {} {}/{}", kind.kind, job.namespace, job.name);
     let _ = writeln!(out, "# backend: {backend_kind} (from {why})");
-    let _ = writeln!(out, "# minMember: {} — {}", gang.min_member, gang.rule.describe());
+    let _ = writeln!(
+        out,
+        "# minMember: {} — {}",
+        gang.min_member,
+        gang.rule.describe()
+    );
     match &gang.min_resources {
         MinResources::FromPolicy(_) => {
-            let _ = writeln!(out, "# minResources: schedulingPolicy.minResources, passed through");
+            let _ = writeln!(
+                out,
+                "# minResources: schedulingPolicy.minResources, passed through"
+            );
         }
         MinResources::Computed(_) => {
             let _ = writeln!(
@@ -69,7 +92,11 @@ pub fn explain(manifest: &str, backend: Option<BackendKind>, opts: &BackendOptio
         }
     }
     for m in &gang.members {
-        let request: Vec<String> = m.pod_request.iter().map(|(k, q)| format!("{k}={q}")).collect();
+        let request: Vec<String> = m
+            .pod_request
+            .iter()
+            .map(|(k, q)| format!("{k}={q}"))
+            .collect();
         let _ = writeln!(
             out,
             "#   {}: {} of {} pods counted, priority {}{}, each requests {{{}}}",
@@ -94,6 +121,8 @@ pub fn explain(manifest: &str, backend: Option<BackendKind>, opts: &BackendOptio
     for m in backend::missing_links(b, &job, &name, opts) {
         let _ = writeln!(out, "# warning: MissingPodGroupLink: {m}");
     }
-    out.push_str(&serde_yaml_ng::to_string(&object).map_err(|e| ExplainError::Parse(e.to_string()))?);
+    out.push_str(
+        &serde_yaml_ng::to_string(&object).map_err(|e| ExplainError::Parse(e.to_string()))?,
+    );
     Ok(out)
 }

@@ -213,7 +213,9 @@ pub fn compute(
                 }
                 (others + min, MinMemberRule::ElasticMinReplicas)
             }
-            Flavor::MpiV2 if job.launcher_waits_for_workers => (total, MinMemberRule::MpiWorkersOnly),
+            Flavor::MpiV2 if job.launcher_waits_for_workers => {
+                (total, MinMemberRule::MpiWorkersOnly)
+            }
             Flavor::MpiV2 => (total, MinMemberRule::MpiWorkersPlusLauncher),
             _ => (total, MinMemberRule::SumOfReplicas),
         },
@@ -233,7 +235,11 @@ pub fn compute(
     // Order replica types by priority, highest first; ties broken deterministically.
     let mut members = Vec::with_capacity(candidates.len());
     for (r, count) in candidates {
-        let spec = r.template.spec.as_ref().expect("normalize guarantees a pod spec");
+        let spec = r
+            .template
+            .spec
+            .as_ref()
+            .expect("normalize guarantees a pod spec");
         let class = spec.priority_class_name.as_deref();
         let priority = match priorities.resolve(class) {
             Resolved::Class(v) | Resolved::GlobalDefault(v) => v,
@@ -247,8 +253,9 @@ pub fn compute(
                 0
             }
         };
-        let pod_request = effective_pod_request(spec, defaults)
-            .map_err(|e| InvalidJob::InvalidResources(format!("replica type {}: {e}", r.replica_type)))?;
+        let pod_request = effective_pod_request(spec, defaults).map_err(|e| {
+            InvalidJob::InvalidResources(format!("replica type {}: {e}", r.replica_type))
+        })?;
         let task_spec = r
             .template
             .metadata
@@ -282,7 +289,8 @@ pub fn compute(
         if m.counted > 0 {
             let part = scale(&m.pod_request, m.counted)
                 .map_err(|e| InvalidJob::InvalidResources(e.to_string()))?;
-            add_into(&mut computed, &part).map_err(|e| InvalidJob::InvalidResources(e.to_string()))?;
+            add_into(&mut computed, &part)
+                .map_err(|e| InvalidJob::InvalidResources(e.to_string()))?;
         }
     }
     computed.retain(|_, q| !q.is_zero());
@@ -291,7 +299,9 @@ pub fn compute(
         Some(given) => {
             for (name, q) in given {
                 Quantity::parse_k8s(q).map_err(|e| {
-                    InvalidJob::InvalidResources(format!("schedulingPolicy.minResources[{name}]: {e}"))
+                    InvalidJob::InvalidResources(format!(
+                        "schedulingPolicy.minResources[{name}]: {e}"
+                    ))
                 })?;
             }
             MinResources::FromPolicy(given.clone())
@@ -327,11 +337,20 @@ mod tests {
     }
 
     fn job(kind: &'static JobKind, spec: Value) -> Job {
-        normalize(kind, &json!({"metadata": {"name": "j", "namespace": "n", "uid": "u"}, "spec": spec})).unwrap()
+        normalize(
+            kind,
+            &json!({"metadata": {"name": "j", "namespace": "n", "uid": "u"}, "spec": spec}),
+        )
+        .unwrap()
     }
 
     fn gang_of(kind: &'static JobKind, spec: Value) -> Gang {
-        compute(&job(kind, spec), &Priorities::default(), &AdmissionDefaults::default()).unwrap()
+        compute(
+            &job(kind, spec),
+            &Priorities::default(),
+            &AdmissionDefaults::default(),
+        )
+        .unwrap()
     }
 
     fn resources(g: &Gang) -> Vec<(String, String)> {
@@ -347,7 +366,9 @@ mod tests {
     }
 
     fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
-        v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+        v.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
     }
 
     #[test]
@@ -358,9 +379,22 @@ mod tests {
         };
         let g = gang_of(&PYTORCHJOB, spec(2));
         assert_eq!((g.min_member, g.rule), (2, MinMemberRule::MinAvailable));
-        let err = |m| compute(&job(&PYTORCHJOB, spec(m)), &Priorities::default(), &AdmissionDefaults::default()).unwrap_err();
+        let err = |m| {
+            compute(
+                &job(&PYTORCHJOB, spec(m)),
+                &Priorities::default(),
+                &AdmissionDefaults::default(),
+            )
+            .unwrap_err()
+        };
         assert_eq!(err(0), InvalidJob::MinAvailableTooSmall(0));
-        assert_eq!(err(5), InvalidJob::MinAvailableAboveTotal { min_available: 5, total: 4 });
+        assert_eq!(
+            err(5),
+            InvalidJob::MinAvailableAboveTotal {
+                min_available: 5,
+                total: 4
+            }
+        );
     }
 
     #[test]
@@ -370,7 +404,10 @@ mod tests {
             json!({"elasticPolicy": {"minReplicas": 2, "maxReplicas": 8},
                 "pytorchReplicaSpecs": {"Master": {"template": cpu("1")}, "Worker": {"replicas": 6, "template": cpu("2")}}}),
         );
-        assert_eq!((g.min_member, g.rule), (3, MinMemberRule::ElasticMinReplicas));
+        assert_eq!(
+            (g.min_member, g.rule),
+            (3, MinMemberRule::ElasticMinReplicas)
+        );
         // The master and two workers make minResources.
         assert_eq!(resources(&g), pairs(&[("cpu", "5")]));
     }
@@ -381,7 +418,10 @@ mod tests {
             &MPIJOB_V2BETA1,
             json!({"mpiReplicaSpecs": {"Launcher": {"template": cpu("1")}, "Worker": {"replicas": 4, "template": cpu("2")}}}),
         );
-        assert_eq!((g.min_member, g.rule), (5, MinMemberRule::MpiWorkersPlusLauncher));
+        assert_eq!(
+            (g.min_member, g.rule),
+            (5, MinMemberRule::MpiWorkersPlusLauncher)
+        );
         assert_eq!(resources(&g), pairs(&[("cpu", "9")]));
     }
 
@@ -425,7 +465,10 @@ mod tests {
 
     #[test]
     fn rule_3_1_6_zero_replicas_is_invalid() {
-        let j = job(&TFJOB, json!({"tfReplicaSpecs": {"Worker": {"replicas": 0, "template": cpu("1")}}}));
+        let j = job(
+            &TFJOB,
+            json!({"tfReplicaSpecs": {"Worker": {"replicas": 0, "template": cpu("1")}}}),
+        );
         assert_eq!(
             compute(&j, &Priorities::default(), &AdmissionDefaults::default()).unwrap_err(),
             InvalidJob::ZeroReplicas
@@ -439,11 +482,16 @@ mod tests {
             json!({"pytorchReplicaSpecs": {"Master": {"template": cpu("1")}, "Worker": {"replicas": 2147483647u64, "template": cpu("1")}}}),
         );
         assert_eq!(
-            compute(&j, &Priorities::default(), &AdmissionDefaults::default()).unwrap_err().reason(),
+            compute(&j, &Priorities::default(), &AdmissionDefaults::default())
+                .unwrap_err()
+                .reason(),
             "TooManyReplicas"
         );
         // Exactly 2^31-1 pods still fits, and the arithmetic does not overflow.
-        let j = job(&PYTORCHJOB, json!({"pytorchReplicaSpecs": {"Worker": {"replicas": 2147483647u64, "template": cpu("64")}}}));
+        let j = job(
+            &PYTORCHJOB,
+            json!({"pytorchReplicaSpecs": {"Worker": {"replicas": 2147483647u64, "template": cpu("64")}}}),
+        );
         let g = compute(&j, &Priorities::default(), &AdmissionDefaults::default()).unwrap();
         assert_eq!(resources(&g), pairs(&[("cpu", "137438953408")]));
     }
@@ -479,7 +527,10 @@ mod tests {
                 "overhead": {"cpu": "250m", "memory": "64Mi"},
                 "containers": [container(json!({"cpu": "1", "memory": "1Gi"}), json!({}))]}}}}}),
         );
-        assert_eq!(resources(&g), pairs(&[("cpu", "2500m"), ("memory", "2176Mi")]));
+        assert_eq!(
+            resources(&g),
+            pairs(&[("cpu", "2500m"), ("memory", "2176Mi")])
+        );
     }
 
     #[test]
@@ -489,7 +540,10 @@ mod tests {
             json!({"pytorchReplicaSpecs": {"Worker": {"replicas": 4, "template": template(json!([
                 container(json!({"cpu": "2"}), json!({"nvidia.com/gpu": 1}))]))}}}),
         );
-        assert_eq!(resources(&g), pairs(&[("cpu", "8"), ("nvidia.com/gpu", "4")]));
+        assert_eq!(
+            resources(&g),
+            pairs(&[("cpu", "8"), ("nvidia.com/gpu", "4")])
+        );
     }
 
     #[test]
@@ -500,7 +554,10 @@ mod tests {
         }))
         .unwrap();
         let defaults = AdmissionDefaults::from_limit_ranges(&[lr]).unwrap();
-        let j = job(&TFJOB, json!({"tfReplicaSpecs": {"Worker": {"replicas": 2, "template": template(json!([{"name": "c", "image": "i"}]))}}}));
+        let j = job(
+            &TFJOB,
+            json!({"tfReplicaSpecs": {"Worker": {"replicas": 2, "template": template(json!([{"name": "c", "image": "i"}]))}}}),
+        );
         let g = compute(&j, &Priorities::default(), &defaults).unwrap();
         assert_eq!(resources(&g), pairs(&[("cpu", "600m"), ("memory", "1Gi")]));
     }
@@ -509,7 +566,10 @@ mod tests {
         let pcs: Vec<PriorityClass> = classes
             .iter()
             .map(|(n, v, g)| {
-                serde_json::from_value(json!({"metadata": {"name": n}, "value": v, "globalDefault": g})).unwrap()
+                serde_json::from_value(
+                    json!({"metadata": {"name": n}, "value": v, "globalDefault": g}),
+                )
+                .unwrap()
             })
             .collect();
         Priorities::from_classes(&pcs)
@@ -525,7 +585,12 @@ mod tests {
                 "Launcher": {"template": with_class("low", json!([container(json!({"cpu": "1"}), json!({}))]))},
                 "Worker": {"replicas": 4, "template": with_class("high", json!([container(json!({"cpu": "8"}), json!({}))]))}}}),
         );
-        let g = compute(&j, &priorities(&[("low", 10, false), ("high", 1000, false)]), &AdmissionDefaults::default()).unwrap();
+        let g = compute(
+            &j,
+            &priorities(&[("low", 10, false), ("high", 1000, false)]),
+            &AdmissionDefaults::default(),
+        )
+        .unwrap();
         assert_eq!(g.members[0].replica_type, "Worker");
         assert_eq!(g.members[0].counted, 3);
         assert_eq!(g.members[1].counted, 0);
@@ -542,7 +607,12 @@ mod tests {
                 "Worker": {"template": template(json!([container(json!({"cpu": "5"}), json!({}))]))}}}),
         );
         // The Worker has no class: the global default (100) outranks "batch" (50).
-        let g = compute(&j, &priorities(&[("batch", 50, false), ("cluster-default", 100, true)]), &AdmissionDefaults::default()).unwrap();
+        let g = compute(
+            &j,
+            &priorities(&[("batch", 50, false), ("cluster-default", 100, true)]),
+            &AdmissionDefaults::default(),
+        )
+        .unwrap();
         assert_eq!(resources(&g), pairs(&[("cpu", "5")]));
     }
 
@@ -563,7 +633,10 @@ mod tests {
             .iter()
             .map(|m| (m.replica_type, m.counted))
             .collect();
-        assert_eq!(order, vec![("Chief", 1), ("PS", 1), ("Worker", 1), ("Evaluator", 0)]);
+        assert_eq!(
+            order,
+            vec![("Chief", 1), ("PS", 1), ("Worker", 1), ("Evaluator", 0)]
+        );
     }
 
     #[test]
@@ -585,20 +658,28 @@ mod tests {
             json!({"runPolicy": {"schedulingPolicy": {"minResources": {"cpu": "1.5", "nvidia.com/gpu": 8}}},
                 "tfReplicaSpecs": {"Worker": {"template": cpu("1")}}}),
         );
-        assert_eq!(resources(&g), pairs(&[("cpu", "1.5"), ("nvidia.com/gpu", "8")]));
+        assert_eq!(
+            resources(&g),
+            pairs(&[("cpu", "1.5"), ("nvidia.com/gpu", "8")])
+        );
         let bad = job(
             &TFJOB,
             json!({"runPolicy": {"schedulingPolicy": {"minResources": {"cpu": "lots"}}}, "tfReplicaSpecs": {"Worker": {"template": cpu("1")}}}),
         );
         assert_eq!(
-            compute(&bad, &Priorities::default(), &AdmissionDefaults::default()).unwrap_err().reason(),
+            compute(&bad, &Priorities::default(), &AdmissionDefaults::default())
+                .unwrap_err()
+                .reason(),
             "InvalidResources"
         );
     }
 
     #[test]
     fn unparseable_quantities_are_invalid_resources() {
-        let j = job(&TFJOB, json!({"tfReplicaSpecs": {"Worker": {"template": cpu("three")}}}));
+        let j = job(
+            &TFJOB,
+            json!({"tfReplicaSpecs": {"Worker": {"template": cpu("three")}}}),
+        );
         let err = compute(&j, &Priorities::default(), &AdmissionDefaults::default()).unwrap_err();
         assert_eq!(err.reason(), "InvalidResources");
         assert!(err.to_string().contains("Worker"), "{err}");
@@ -609,10 +690,18 @@ mod tests {
         let spec = json!({"tfReplicaSpecs": {
             "Worker": {"replicas": 3, "template": template(json!([container(json!({"cpu": "1.5", "memory": "1.5Gi"}), json!({"nvidia.com/gpu": "1"}))]))},
             "PS": {"template": cpu("0.25")}}});
-        let a = serde_json::to_string(&gang_of(&TFJOB, spec.clone()).min_resources.to_k8s()).unwrap();
+        let a =
+            serde_json::to_string(&gang_of(&TFJOB, spec.clone()).min_resources.to_k8s()).unwrap();
         for _ in 0..20 {
-            assert_eq!(serde_json::to_string(&gang_of(&TFJOB, spec.clone()).min_resources.to_k8s()).unwrap(), a);
+            assert_eq!(
+                serde_json::to_string(&gang_of(&TFJOB, spec.clone()).min_resources.to_k8s())
+                    .unwrap(),
+                a
+            );
         }
-        assert_eq!(a, r#"{"cpu":"4750m","memory":"4608Mi","nvidia.com/gpu":"3"}"#);
+        assert_eq!(
+            a,
+            r#"{"cpu":"4750m","memory":"4608Mi","nvidia.com/gpu":"3"}"#
+        );
     }
 }

@@ -30,7 +30,9 @@ pub struct Health {
 impl Health {
     fn live(&self) -> bool {
         let beat = self.heartbeat.load(std::sync::atomic::Ordering::Relaxed);
-        beat == 0 || k8s_openapi::jiff::Timestamp::now().as_second() - beat < self.wedged_after.as_secs() as i64
+        beat == 0
+            || k8s_openapi::jiff::Timestamp::now().as_second() - beat
+                < self.wedged_after.as_secs() as i64
     }
 }
 
@@ -42,7 +44,10 @@ fn respond(status: StatusCode, content_type: &str, body: String) -> Response<Ful
         .expect("valid response")
 }
 
-async fn handle(req: Request<Incoming>, health: Health) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn handle(
+    req: Request<Incoming>,
+    health: Health,
+) -> Result<Response<Full<Bytes>>, Infallible> {
     Ok(match req.uri().path() {
         "/metrics" => respond(
             StatusCode::OK,
@@ -53,14 +58,22 @@ async fn handle(req: Request<Incoming>, health: Health) -> Result<Response<Full<
             if health.live() {
                 respond(StatusCode::OK, "text/plain", "ok".into())
             } else {
-                respond(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "reconcile loop wedged".into())
+                respond(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "text/plain",
+                    "reconcile loop wedged".into(),
+                )
             }
         }
         "/readyz" => {
             if health.readiness.is_ready() {
                 respond(StatusCode::OK, "text/plain", "ok".into())
             } else {
-                respond(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "caches not synced".into())
+                respond(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "text/plain",
+                    "caches not synced".into(),
+                )
             }
         }
         _ => respond(StatusCode::NOT_FOUND, "text/plain", "not found".into()),
@@ -83,7 +96,10 @@ pub async fn serve(listener: TcpListener, health: Health) {
         let health = health.clone();
         tokio::spawn(async move {
             let svc = service_fn(move |req| handle(req, health.clone()));
-            if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await {
+            if let Err(e) = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), svc)
+                .await
+            {
                 warn!(error = %e, "http connection error");
             }
         });

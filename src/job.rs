@@ -181,7 +181,8 @@ pub struct RunPolicy {
 pub struct SchedulingPolicy {
     pub min_available: Option<i64>,
     pub queue: Option<String>,
-    pub min_resources: Option<BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+    pub min_resources:
+        Option<BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
     pub priority_class: Option<String>,
     pub schedule_timeout_seconds: Option<i32>,
 }
@@ -263,7 +264,9 @@ impl Job {
     }
 
     pub fn replica(&self, replica_type: &str) -> Option<&Replica> {
-        self.replicas.iter().find(|r| r.replica_type == replica_type)
+        self.replicas
+            .iter()
+            .find(|r| r.replica_type == replica_type)
     }
 }
 
@@ -328,7 +331,8 @@ pub fn normalize(kind: &'static JobKind, obj: &Value) -> Result<Job, InvalidJob>
         _ => None,
     };
     let launcher_waits_for_workers = kind.flavor == Flavor::MpiV2
-        && spec.get("launcherCreationPolicy").and_then(Value::as_str) == Some("WaitForWorkersReady");
+        && spec.get("launcherCreationPolicy").and_then(Value::as_str)
+            == Some("WaitForWorkersReady");
 
     Ok(Job {
         kind,
@@ -344,9 +348,14 @@ pub fn normalize(kind: &'static JobKind, obj: &Value) -> Result<Job, InvalidJob>
     })
 }
 
-fn normalize_replicas(kind: &'static JobKind, specs: Option<&Value>) -> Result<Vec<Replica>, InvalidJob> {
+fn normalize_replicas(
+    kind: &'static JobKind,
+    specs: Option<&Value>,
+) -> Result<Vec<Replica>, InvalidJob> {
     let specs: BTreeMap<String, Option<ReplicaSpecIn>> = match specs {
-        None | Some(Value::Null) => return Err(InvalidJob::NoReplicaSpecs(kind.replica_specs_field)),
+        None | Some(Value::Null) => {
+            return Err(InvalidJob::NoReplicaSpecs(kind.replica_specs_field));
+        }
         Some(v) => serde_json::from_value(v.clone())
             .map_err(|e| InvalidJob::Malformed(format!("{}: {e}", kind.replica_specs_field)))?,
     };
@@ -355,9 +364,9 @@ fn normalize_replicas(kind: &'static JobKind, specs: Option<&Value>) -> Result<V
     }
     let mut by_type: BTreeMap<&'static str, (String, ReplicaSpecIn)> = BTreeMap::new();
     for (key, spec) in specs {
-        let canonical = kind
-            .canonical_type(&key)
-            .ok_or_else(|| InvalidJob::UnknownReplicaType(key.clone(), kind.replica_types.join(", ")))?;
+        let canonical = kind.canonical_type(&key).ok_or_else(|| {
+            InvalidJob::UnknownReplicaType(key.clone(), kind.replica_types.join(", "))
+        })?;
         if let Some((other, _)) = by_type.get(canonical) {
             return Err(InvalidJob::DuplicateReplicaType(other.clone(), key));
         }
@@ -370,14 +379,17 @@ fn normalize_replicas(kind: &'static JobKind, specs: Option<&Value>) -> Result<V
         };
         let replicas = match spec.replicas {
             None | Some(Value::Null) => kind.default_replicas(replica_type),
-            Some(v) => v
-                .as_u64()
-                .ok_or_else(|| InvalidJob::InvalidReplicas(replica_type.to_string(), v.to_string()))?,
+            Some(v) => v.as_u64().ok_or_else(|| {
+                InvalidJob::InvalidReplicas(replica_type.to_string(), v.to_string())
+            })?,
         };
         let template = match spec.template {
-            None | Some(Value::Null) => return Err(InvalidJob::MissingTemplate(replica_type.to_string())),
-            Some(t) => serde_json::from_value::<PodTemplateSpec>(t)
-                .map_err(|e| InvalidJob::InvalidTemplate(replica_type.to_string(), e.to_string()))?,
+            None | Some(Value::Null) => {
+                return Err(InvalidJob::MissingTemplate(replica_type.to_string()));
+            }
+            Some(t) => serde_json::from_value::<PodTemplateSpec>(t).map_err(|e| {
+                InvalidJob::InvalidTemplate(replica_type.to_string(), e.to_string())
+            })?,
         };
         if template.spec.is_none() {
             return Err(InvalidJob::MissingTemplate(replica_type.to_string()));
@@ -405,7 +417,11 @@ mod tests {
         let obj = json!({"metadata": {"name": "j", "namespace": "n", "uid": "u"},
             "spec": {"pytorchReplicaSpecs": {"master": {"template": template()}, "WORKER": {"replicas": 3, "template": template()}}}});
         let job = normalize(&PYTORCHJOB, &obj).unwrap();
-        let got: Vec<_> = job.replicas.iter().map(|r| (r.replica_type, r.replicas)).collect();
+        let got: Vec<_> = job
+            .replicas
+            .iter()
+            .map(|r| (r.replica_type, r.replicas))
+            .collect();
         assert_eq!(got, vec![("Master", 1), ("Worker", 3)]);
     }
 
@@ -426,9 +442,21 @@ mod tests {
             json!({"metadata": {"name": "j"}, "spec": {"elasticPolicy": ep,
                 "pytorchReplicaSpecs": {"Worker": {"replicas": 4, "template": template()}}}})
         };
-        let min = |ep| normalize(&PYTORCHJOB, &mk(ep)).unwrap().elastic_min_replicas;
-        assert_eq!(min(json!({})), Some(4), "neither set: both = Worker replicas");
-        assert_eq!(min(json!({"maxReplicas": 6})), Some(6), "only max set: min = max");
+        let min = |ep| {
+            normalize(&PYTORCHJOB, &mk(ep))
+                .unwrap()
+                .elastic_min_replicas
+        };
+        assert_eq!(
+            min(json!({})),
+            Some(4),
+            "neither set: both = Worker replicas"
+        );
+        assert_eq!(
+            min(json!({"maxReplicas": 6})),
+            Some(6),
+            "only max set: min = max"
+        );
         assert_eq!(min(json!({"minReplicas": 2, "maxReplicas": 6})), Some(2));
         assert!(matches!(
             normalize(&PYTORCHJOB, &mk(json!({"minReplicas": -1}))),
@@ -439,7 +467,10 @@ mod tests {
     #[test]
     fn bad_input_is_an_invalid_job_never_a_panic() {
         let cases = [
-            (json!({"metadata": {"name": "j"}, "spec": {}}), "NoReplicaSpecs"),
+            (
+                json!({"metadata": {"name": "j"}, "spec": {}}),
+                "NoReplicaSpecs",
+            ),
             (
                 json!({"metadata": {"name": "j"}, "spec": {"pytorchReplicaSpecs": {}}}),
                 "NoReplicaSpecs",
@@ -500,7 +531,15 @@ mod tests {
             json!({"metadata": {"name": "j"}, "spec": {"runPolicy": {"managedBy": m},
                 "tfReplicaSpecs": {"Worker": {"template": template()}}}})
         };
-        assert!(normalize(&TFJOB, &mk("kueue.x-k8s.io/multikueue")).unwrap().managed_elsewhere());
-        assert!(!normalize(&TFJOB, &mk("kubeflow.org/training-operator")).unwrap().managed_elsewhere());
+        assert!(
+            normalize(&TFJOB, &mk("kueue.x-k8s.io/multikueue"))
+                .unwrap()
+                .managed_elsewhere()
+        );
+        assert!(
+            !normalize(&TFJOB, &mk("kubeflow.org/training-operator"))
+                .unwrap()
+                .managed_elsewhere()
+        );
     }
 }

@@ -5,14 +5,14 @@
 //! delete, the only I/O that writes) → Events and [`metrics`].
 
 pub mod backend;
+pub mod controller;
 pub mod diff;
 pub mod enablement;
-pub mod gang;
-pub mod job;
-pub mod quantity;
-pub mod resources;
-pub mod controller;
 pub mod explain;
+pub mod gang;
 pub mod http;
+pub mod job;
 pub mod metrics;
+pub mod quantity;
 pub mod reconcile;
+pub mod resources;

@@ -40,10 +40,19 @@ enum Command {
 #[derive(Args, Debug, Clone)]
 struct BackendArgs {
     /// schedulerNames that run the coscheduling plugin (the pod-link check warns about others).
-    #[arg(long, env = "PODGROUP_SYNC_COSCHEDULING_SCHEDULER_NAMES", value_delimiter = ',', default_value = "default-scheduler,scheduler-plugins-scheduler")]
+    #[arg(
+        long,
+        env = "PODGROUP_SYNC_COSCHEDULING_SCHEDULER_NAMES",
+        value_delimiter = ',',
+        default_value = "default-scheduler,scheduler-plugins-scheduler"
+    )]
     coscheduling_scheduler_names: Vec<String>,
     /// The schedulerName of the Volcano scheduler.
-    #[arg(long, env = "PODGROUP_SYNC_VOLCANO_SCHEDULER_NAME", default_value = "volcano")]
+    #[arg(
+        long,
+        env = "PODGROUP_SYNC_VOLCANO_SCHEDULER_NAME",
+        default_value = "volcano"
+    )]
     volcano_scheduler_name: String,
     /// scheduler-plugins scheduleTimeoutSeconds for jobs whose schedulingPolicy sets none
     /// (unset: omitted, so the plugin's permitWaitingTimeSeconds applies).
@@ -65,23 +74,46 @@ impl BackendArgs {
 struct RunArgs {
     /// Namespace (and job) annotation that switches management on: "true" manages, "dry-run"
     /// only reports, anything else is off; "false" on a job opts that job out.
-    #[arg(long, env = "PODGROUP_SYNC_ANNOTATION_KEY", default_value = "podgroup-sync.io/enabled")]
+    #[arg(
+        long,
+        env = "PODGROUP_SYNC_ANNOTATION_KEY",
+        default_value = "podgroup-sync.io/enabled"
+    )]
     annotation_key: String,
     /// Mode of namespaces without the annotation: off, dry-run or true (manage everywhere).
-    #[arg(long, env = "PODGROUP_SYNC_DEFAULT_MODE", value_enum, default_value = "off")]
+    #[arg(
+        long,
+        env = "PODGROUP_SYNC_DEFAULT_MODE",
+        value_enum,
+        default_value = "off"
+    )]
     default_mode: Mode,
     /// Backend when neither the job, its namespace nor its pod templates choose one.
-    #[arg(long, env = "PODGROUP_SYNC_DEFAULT_BACKEND", value_enum, default_value = "scheduler-plugins")]
+    #[arg(
+        long,
+        env = "PODGROUP_SYNC_DEFAULT_BACKEND",
+        value_enum,
+        default_value = "scheduler-plugins"
+    )]
     default_backend: BackendKind,
     /// When an existing PodGroup is resized: always (follows replica and policy changes, needed
     /// for HPA and elastic jobs), while-suspended, never.
-    #[arg(long, env = "PODGROUP_SYNC_RESIZE", value_enum, default_value = "always")]
+    #[arg(
+        long,
+        env = "PODGROUP_SYNC_RESIZE",
+        value_enum,
+        default_value = "always"
+    )]
     resize: ResizePolicy,
     /// Keep the PodGroups of finished (Succeeded/Failed) jobs instead of deleting them.
     #[arg(long, env = "PODGROUP_SYNC_KEEP_FINISHED")]
     keep_finished: bool,
     /// Seconds a scheduler-plugins PodGroup may stay Pending/Scheduling before a GangWaiting Event.
-    #[arg(long, env = "PODGROUP_SYNC_GANG_WAIT_WARNING_SECONDS", default_value_t = 120)]
+    #[arg(
+        long,
+        env = "PODGROUP_SYNC_GANG_WAIT_WARNING_SECONDS",
+        default_value_t = 120
+    )]
     gang_wait_warning_seconds: u64,
     #[command(flatten)]
     backend: BackendArgs,
@@ -89,13 +121,22 @@ struct RunArgs {
     #[arg(long, env = "PODGROUP_SYNC_CONCURRENCY", default_value_t = 16)]
     concurrency: u16,
     /// Seconds between checks for job and PodGroup CRDs that appeared or disappeared.
-    #[arg(long, env = "PODGROUP_SYNC_DISCOVERY_INTERVAL_SECONDS", default_value_t = 30)]
+    #[arg(
+        long,
+        env = "PODGROUP_SYNC_DISCOVERY_INTERVAL_SECONDS",
+        default_value_t = 30
+    )]
     discovery_interval_seconds: u64,
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, env = "PODGROUP_SYNC_HTTP_ADDR", default_value = "0.0.0.0:8080")]
     http_addr: SocketAddr,
     /// Log format.
-    #[arg(long, env = "PODGROUP_SYNC_LOG_FORMAT", value_enum, default_value = "text")]
+    #[arg(
+        long,
+        env = "PODGROUP_SYNC_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
     log_format: LogFormat,
     /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then the in-cluster service account).
     #[arg(long, env = "PODGROUP_SYNC_KUBECONFIG")]
@@ -123,7 +164,9 @@ enum LogFormat {
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("PODGROUP_SYNC_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
@@ -222,7 +265,10 @@ async fn controller_main(args: RunArgs) -> Result<(), Box<dyn std::error::Error>
     let recorder = Recorder::new(client.clone(), reporter);
     let leading = Arc::new(AtomicBool::new(true));
     metrics.leader.set(1);
-    info!(version = env!("CARGO_PKG_VERSION"), "podgroup-sync starting");
+    info!(
+        version = env!("CARGO_PKG_VERSION"),
+        "podgroup-sync starting"
+    );
     controller::run(
         client,
         settings,

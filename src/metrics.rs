@@ -1,8 +1,8 @@
 //! The Prometheus registry and every metric podgroup-sync exports (SPEC §7).
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 /// Buckets from a millisecond to ten minutes: reconciles are fast, gangs can wait long.
@@ -42,12 +42,16 @@ impl Metrics {
         let registry = Registry::new();
         let counter_vec = |name: &str, help: &str, labels: &[&str]| {
             let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
-            registry.register(Box::new(c.clone())).expect("unique metric");
+            registry
+                .register(Box::new(c.clone()))
+                .expect("unique metric");
             c
         };
         let gauge_vec = |name: &str, help: &str, labels: &[&str]| {
             let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
-            registry.register(Box::new(g.clone())).expect("unique metric");
+            registry
+                .register(Box::new(g.clone()))
+                .expect("unique metric");
             g
         };
         let histogram_vec = |name: &str, help: &str, labels: &[&str]| {
@@ -56,7 +60,9 @@ impl Metrics {
                 labels,
             )
             .expect("valid metric");
-            registry.register(Box::new(h.clone())).expect("unique metric");
+            registry
+                .register(Box::new(h.clone()))
+                .expect("unique metric");
             h
         };
         let reconcile_total = counter_vec(
@@ -94,7 +100,9 @@ impl Metrics {
             "Jobs whose PodGroup name is taken by a PodGroup that another owner controls.",
         )
         .expect("valid metric");
-        registry.register(Box::new(conflicts.clone())).expect("unique metric");
+        registry
+            .register(Box::new(conflicts.clone()))
+            .expect("unique metric");
         let invalid_jobs = counter_vec(
             "podgroup_sync_invalid_jobs_total",
             "Job reconciles that found a spec no PodGroup can be made from, by reason.",
@@ -130,19 +138,25 @@ impl Metrics {
             "1 while this instance holds the leader Lease and may write.",
         )
         .expect("valid metric");
-        registry.register(Box::new(leader.clone())).expect("unique metric");
+        registry
+            .register(Box::new(leader.clone()))
+            .expect("unique metric");
         let build_info = gauge_vec(
             "podgroup_sync_build_info",
             "Always 1; labels say which build is running.",
             &["version"],
         );
-        build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+        build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1);
         let last_reconcile = prometheus::Gauge::new(
             "podgroup_sync_last_reconcile_timestamp_seconds",
             "Unix time of the last finished reconcile.",
         )
         .expect("valid metric");
-        registry.register(Box::new(last_reconcile.clone())).expect("unique metric");
+        registry
+            .register(Box::new(last_reconcile.clone()))
+            .expect("unique metric");
         Metrics {
             registry,
             reconcile_total,
@@ -173,4 +187,3 @@ impl Metrics {
         String::from_utf8(buf).expect("prometheus text is UTF-8")
     }
 }
-

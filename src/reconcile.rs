@@ -9,10 +9,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::jiff::Timestamp;
 use k8s_openapi::api::core::v1::{LimitRange, Namespace, ObjectReference};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
@@ -84,7 +84,12 @@ impl Caches {
             .map(|l| (**l).clone())
             .collect();
         lrs.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-        let rcs: Vec<RuntimeClass> = self.runtime_classes.state().iter().map(|r| (**r).clone()).collect();
+        let rcs: Vec<RuntimeClass> = self
+            .runtime_classes
+            .state()
+            .iter()
+            .map(|r| (**r).clone())
+            .collect();
         AdmissionDefaults::from_limit_ranges_and_runtime_classes(&lrs, &rcs)
             .map_err(|e| InvalidJob::InvalidResources(format!("namespace admission defaults: {e}")))
     }
@@ -122,7 +127,13 @@ pub enum Error {
 const EVENT_DEDUP_WINDOW: Duration = Duration::from_secs(3600);
 
 impl Context {
-    pub fn new(client: Client, settings: Settings, caches: Caches, recorder: Recorder, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        client: Client,
+        settings: Settings,
+        caches: Caches,
+        recorder: Recorder,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         Context {
             client,
             settings,
@@ -142,7 +153,10 @@ impl Context {
         {
             let mut seen = self.events_seen.lock().expect("lock");
             let key = (uid, reason.to_string(), note.clone());
-            if seen.get(&key).is_some_and(|t| t.elapsed() < EVENT_DEDUP_WINDOW) {
+            if seen
+                .get(&key)
+                .is_some_and(|t| t.elapsed() < EVENT_DEDUP_WINDOW)
+            {
                 return;
             }
             if seen.len() > 50_000 {
@@ -150,8 +164,15 @@ impl Context {
             }
             seen.insert(key, Instant::now());
         }
-        let type_label = if type_ == EventType::Warning { "Warning" } else { "Normal" };
-        self.metrics.events.with_label_values(&[type_label, reason]).inc();
+        let type_label = if type_ == EventType::Warning {
+            "Warning"
+        } else {
+            "Normal"
+        };
+        self.metrics
+            .events
+            .with_label_values(&[type_label, reason])
+            .inc();
         let ev = Event {
             type_,
             reason: reason.to_string(),
@@ -186,26 +207,35 @@ fn truncate(mut s: String, max: usize) -> String {
 
 /// Whether `pg` is controlled by the job with this UID.
 fn controlled_by(pg: &DynamicObject, uid: &str) -> bool {
-    pg.metadata
-        .owner_references
-        .as_ref()
-        .is_some_and(|refs| refs.iter().any(|r| r.controller == Some(true) && r.uid == uid))
+    pg.metadata.owner_references.as_ref().is_some_and(|refs| {
+        refs.iter()
+            .any(|r| r.controller == Some(true) && r.uid == uid)
+    })
 }
 
 /// Reconciles one job of `kind`.
-pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>, kind: &'static JobKind) -> Result<Action, Error> {
+pub async fn reconcile(
+    obj: Arc<DynamicObject>,
+    ctx: Arc<Context>,
+    kind: &'static JobKind,
+) -> Result<Action, Error> {
     let started = Instant::now();
     let result = reconcile_inner(&obj, &ctx, kind).await;
     let label = match &result {
         Ok(o) => o.label(),
         Err(_) => "error",
     };
-    ctx.metrics.reconcile_total.with_label_values(&[kind.kind, label]).inc();
+    ctx.metrics
+        .reconcile_total
+        .with_label_values(&[kind.kind, label])
+        .inc();
     ctx.metrics
         .reconcile_duration
         .with_label_values(&[kind.kind])
         .observe(started.elapsed().as_secs_f64());
-    ctx.metrics.last_reconcile.set(Timestamp::now().as_second() as f64);
+    ctx.metrics
+        .last_reconcile
+        .set(Timestamp::now().as_second() as f64);
     result.map(|o| o.action())
 }
 
@@ -235,7 +265,11 @@ impl Outcome {
     }
 }
 
-async fn reconcile_inner(obj: &DynamicObject, ctx: &Context, kind: &'static JobKind) -> Result<Outcome, Error> {
+async fn reconcile_inner(
+    obj: &DynamicObject,
+    ctx: &Context,
+    kind: &'static JobKind,
+) -> Result<Outcome, Error> {
     if !ctx.leading.load(std::sync::atomic::Ordering::Relaxed) {
         return Ok(Outcome::RequeueAfter(Duration::from_secs(5)));
     }
@@ -283,7 +317,13 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &Context, kind: &'static JobK
         return Ok(Outcome::Done);
     }
 
-    let priorities = Priorities::from_classes(ctx.caches.priority_classes.state().iter().map(|p| p.as_ref()));
+    let priorities = Priorities::from_classes(
+        ctx.caches
+            .priority_classes
+            .state()
+            .iter()
+            .map(|p| p.as_ref()),
+    );
     let gang = match ctx
         .caches
         .admission_defaults(&namespace)
@@ -298,8 +338,12 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &Context, kind: &'static JobK
     let (backend_kind, _why) = match ctx.settings.enablement.backend(&job, ns_annotations, opts) {
         Ok(b) => b,
         Err(msg) => {
-            ctx.event(&job_ref, EventType::Warning, "InvalidBackend", msg).await;
-            ctx.metrics.invalid_jobs.with_label_values(&["InvalidBackend"]).inc();
+            ctx.event(&job_ref, EventType::Warning, "InvalidBackend", msg)
+                .await;
+            ctx.metrics
+                .invalid_jobs
+                .with_label_values(&["InvalidBackend"])
+                .inc();
             return Ok(Outcome::Invalid);
         }
     };
@@ -326,7 +370,13 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &Context, kind: &'static JobK
     let mut warnings = gang.warnings.clone();
     warnings.extend(name_warning);
     if !warnings.is_empty() {
-        ctx.event(&job_ref, EventType::Warning, "GangSpecWarning", warnings.join("; ")).await;
+        ctx.event(
+            &job_ref,
+            EventType::Warning,
+            "GangSpecWarning",
+            warnings.join("; "),
+        )
+        .await;
     }
     let missing = backend::missing_links(backend, &job, &name, opts);
     if !missing.is_empty() {
@@ -334,7 +384,10 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &Context, kind: &'static JobK
             &job_ref,
             EventType::Warning,
             "MissingPodGroupLink",
-            format!("pods of these templates will not join PodGroup {name}: {}", missing.join("; ")),
+            format!(
+                "pods of these templates will not join PodGroup {name}: {}",
+                missing.join("; ")
+            ),
         )
         .await;
     }
@@ -399,7 +452,10 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &Context, kind: &'static JobK
             }
             apply(ctx, backend, &namespace, &name, &desired, "create").await?;
             if let Some(created) = obj.meta().creation_timestamp.as_ref() {
-                let secs = Timestamp::now().duration_since(created.0).as_secs_f64().max(0.0);
+                let secs = Timestamp::now()
+                    .duration_since(created.0)
+                    .as_secs_f64()
+                    .max(0.0);
                 ctx.metrics
                     .job_to_podgroup
                     .with_label_values(&[backend_kind.as_str()])
@@ -411,10 +467,23 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &Context, kind: &'static JobK
     }
 }
 
-async fn report_invalid(ctx: &Context, job_ref: &ObjectReference, invalid: InvalidJob) -> Result<Outcome, Error> {
-    ctx.metrics.invalid_jobs.with_label_values(&[invalid.reason()]).inc();
+async fn report_invalid(
+    ctx: &Context,
+    job_ref: &ObjectReference,
+    invalid: InvalidJob,
+) -> Result<Outcome, Error> {
+    ctx.metrics
+        .invalid_jobs
+        .with_label_values(&[invalid.reason()])
+        .inc();
     debug!(job = ?job_ref.name, reason = invalid.reason(), "invalid job");
-    ctx.event(job_ref, EventType::Warning, "InvalidSpec", format!("no PodGroup: {invalid}")).await;
+    ctx.event(
+        job_ref,
+        EventType::Warning,
+        "InvalidSpec",
+        format!("no PodGroup: {invalid}"),
+    )
+    .await;
     Ok(Outcome::Invalid)
 }
 
@@ -452,7 +521,8 @@ async fn apply(
     desired: &Value,
     op: &'static str,
 ) -> Result<(), Error> {
-    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), namespace, &backend.api_resource());
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), namespace, &backend.api_resource());
     // Force: the fields podgroup-sync owns are its to set, even after someone edited them.
     let params = PatchParams::apply(FIELD_MANAGER).force();
     api.patch(name, &params, &Patch::Apply(desired))
@@ -495,8 +565,11 @@ async fn delete_owned(
         });
         for pg in owned {
             let name = pg.name_any();
-            let api: Api<DynamicObject> =
-                Api::namespaced_with(ctx.client.clone(), namespace, &kind.backend().api_resource());
+            let api: Api<DynamicObject> = Api::namespaced_with(
+                ctx.client.clone(),
+                namespace,
+                &kind.backend().api_resource(),
+            );
             let params = DeleteParams {
                 preconditions: Some(Preconditions {
                     uid: pg.uid(),

@@ -9,29 +9,42 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
 use kube::Api;
+use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
 
 #[tokio::test]
 async fn crds_are_established() {
     let cluster = support::cluster().await;
     let client = cluster.client().await;
 
-    let ns = support::test_namespace(&client, "cp-crds", &[("podgroup-sync.test/purpose", "crds")]).await;
-    let got = Api::<Namespace>::all(client.clone()).get(&ns).await.expect("get namespace");
+    let ns = support::test_namespace(
+        &client,
+        "cp-crds",
+        &[("podgroup-sync.test/purpose", "crds")],
+    )
+    .await;
+    let got = Api::<Namespace>::all(client.clone())
+        .get(&ns)
+        .await
+        .expect("get namespace");
     assert_eq!(
-        got.metadata.annotations.unwrap_or_default().get("podgroup-sync.test/purpose").map(String::as_str),
+        got.metadata
+            .annotations
+            .unwrap_or_default()
+            .get("podgroup-sync.test/purpose")
+            .map(String::as_str),
         Some("crds")
     );
 
-    let crds: BTreeMap<String, CustomResourceDefinition> = Api::<CustomResourceDefinition>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .expect("list CRDs")
-        .items
-        .into_iter()
-        .map(|crd| (crd.metadata.name.clone().unwrap_or_default(), crd))
-        .collect();
+    let crds: BTreeMap<String, CustomResourceDefinition> =
+        Api::<CustomResourceDefinition>::all(client.clone())
+            .list(&ListParams::default())
+            .await
+            .expect("list CRDs")
+            .items
+            .into_iter()
+            .map(|crd| (crd.metadata.name.clone().unwrap_or_default(), crd))
+            .collect();
 
     for (name, version) in [
         ("pytorchjobs.kubeflow.org", "v1"),
@@ -41,17 +54,33 @@ async fn crds_are_established() {
         ("podgroups.scheduling.volcano.sh", "v1beta1"),
         ("queues.scheduling.volcano.sh", "v1beta1"),
     ] {
-        let crd = crds.get(name).unwrap_or_else(|| panic!("CRD {name} is not installed; have {:?}", crds.keys()));
+        let crd = crds
+            .get(name)
+            .unwrap_or_else(|| panic!("CRD {name} is not installed; have {:?}", crds.keys()));
         let established = crd
             .status
             .as_ref()
             .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Established" && c.status == "True"));
-        assert!(established, "CRD {name} is not Established: {:?}", crd.status);
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            });
         assert!(
-            crd.spec.versions.iter().any(|v| v.name == version && v.served),
+            established,
+            "CRD {name} is not Established: {:?}",
+            crd.status
+        );
+        assert!(
+            crd.spec
+                .versions
+                .iter()
+                .any(|v| v.name == version && v.served),
             "CRD {name} does not serve {version}: {:?}",
-            crd.spec.versions.iter().map(|v| (&v.name, v.served)).collect::<Vec<_>>()
+            crd.spec
+                .versions
+                .iter()
+                .map(|v| (&v.name, v.served))
+                .collect::<Vec<_>>()
         );
     }
     // mpi-operator's MPIJob (v2beta1), not the training-operator's v1 one of the same name.
@@ -65,10 +94,19 @@ async fn crds_are_established() {
     assert_eq!(mpi_served, ["v2beta1"]);
 
     // The kubectl helper works too.
-    let out = cluster.kubectl_ok(&["get", "crd", "mpijobs.kubeflow.org", "-o", "jsonpath={.spec.group}"]);
+    let out = cluster.kubectl_ok(&[
+        "get",
+        "crd",
+        "mpijobs.kubeflow.org",
+        "-o",
+        "jsonpath={.spec.group}",
+    ]);
     assert_eq!(out, "kubeflow.org");
 
-    Api::<Namespace>::all(client).delete(&ns, &DeleteParams::default()).await.expect("delete namespace");
+    Api::<Namespace>::all(client)
+        .delete(&ns, &DeleteParams::default())
+        .await
+        .expect("delete namespace");
 }
 
 #[tokio::test]
@@ -81,7 +119,13 @@ async fn garbage_collector_deletes_dependents() {
     let owner = cms
         .create(
             &PostParams::default(),
-            &ConfigMap { metadata: ObjectMeta { name: Some("owner".into()), ..ObjectMeta::default() }, ..ConfigMap::default() },
+            &ConfigMap {
+                metadata: ObjectMeta {
+                    name: Some("owner".into()),
+                    ..ObjectMeta::default()
+                },
+                ..ConfigMap::default()
+            },
         )
         .await
         .expect("create owner");
@@ -100,14 +144,31 @@ async fn garbage_collector_deletes_dependents() {
         },
         ..ConfigMap::default()
     };
-    cms.create(&PostParams::default(), &dependent).await.expect("create dependent");
+    cms.create(&PostParams::default(), &dependent)
+        .await
+        .expect("create dependent");
 
-    cms.delete("owner", &DeleteParams::default()).await.expect("delete owner");
-    support::wait_for("the garbage collector to delete the dependent ConfigMap", Duration::from_secs(90), || {
-        let cms = cms.clone();
-        async move { cms.get_opt("dependent").await.expect("get dependent").is_none().then_some(()) }
-    })
+    cms.delete("owner", &DeleteParams::default())
+        .await
+        .expect("delete owner");
+    support::wait_for(
+        "the garbage collector to delete the dependent ConfigMap",
+        Duration::from_secs(90),
+        || {
+            let cms = cms.clone();
+            async move {
+                cms.get_opt("dependent")
+                    .await
+                    .expect("get dependent")
+                    .is_none()
+                    .then_some(())
+            }
+        },
+    )
     .await;
 
-    Api::<Namespace>::all(client).delete(&ns, &DeleteParams::default()).await.expect("delete namespace");
+    Api::<Namespace>::all(client)
+        .delete(&ns, &DeleteParams::default())
+        .await
+        .expect("delete namespace");
 }

@@ -155,7 +155,13 @@ pub trait PodGroupBackend: Sync {
     fn template_prefers(&self, template: &PodTemplateSpec, opts: &BackendOptions) -> bool;
 
     /// The `spec` podgroup-sync owns. `existing` is the current PodGroup's `spec`, if any.
-    fn spec(&self, job: &Job, gang: &Gang, existing: Option<&Value>, opts: &BackendOptions) -> Value;
+    fn spec(
+        &self,
+        job: &Job,
+        gang: &Gang,
+        existing: Option<&Value>,
+        opts: &BackendOptions,
+    ) -> Value;
 
     /// Job annotations copied onto the PodGroup.
     fn annotations(&self, _job: &Job) -> BTreeMap<String, String> {
@@ -185,7 +191,8 @@ pub fn desired_object(
     opts: &BackendOptions,
 ) -> Value {
     let mut spec = backend.spec(job, gang, existing_spec, opts);
-    if let (true, Some(existing), Some(obj)) = (freeze_sizing, existing_spec, spec.as_object_mut()) {
+    if let (true, Some(existing), Some(obj)) = (freeze_sizing, existing_spec, spec.as_object_mut())
+    {
         for field in SIZING_FIELDS {
             match existing.get(field) {
                 Some(v) => obj.insert(field.to_string(), v.clone()),
@@ -253,7 +260,9 @@ fn is_dns_subdomain(s: &str) -> bool {
         && s.len() <= 253
         && s.split('.').all(|part| {
             !part.is_empty()
-                && part.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
                 && !part.starts_with('-')
                 && !part.ends_with('-')
         })
@@ -303,11 +312,21 @@ pub fn infer_from_templates(job: &Job, opts: &BackendOptions) -> Option<BackendK
 }
 
 fn template_label<'a>(t: &'a PodTemplateSpec, key: &str) -> Option<&'a str> {
-    t.metadata.as_ref()?.labels.as_ref()?.get(key).map(String::as_str)
+    t.metadata
+        .as_ref()?
+        .labels
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
 }
 
 fn template_annotation<'a>(t: &'a PodTemplateSpec, key: &str) -> Option<&'a str> {
-    t.metadata.as_ref()?.annotations.as_ref()?.get(key).map(String::as_str)
+    t.metadata
+        .as_ref()?
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
 }
 
 fn scheduler_name(t: &PodTemplateSpec) -> Option<&str> {
@@ -339,9 +358,17 @@ mod tests {
 
     #[test]
     fn rule_3_3_volcano_queue_fallbacks() {
-        let from_policy = job(json!({"scheduling.volcano.sh/queue-name": "ann"}), json!({"schedulingPolicy": {"queue": "pol"}}), json!({}));
+        let from_policy = job(
+            json!({"scheduling.volcano.sh/queue-name": "ann"}),
+            json!({"schedulingPolicy": {"queue": "pol"}}),
+            json!({}),
+        );
         assert_eq!(volcano_spec(&from_policy, None)["queue"], "pol");
-        let from_annotation = job(json!({"scheduling.volcano.sh/queue-name": "ann"}), json!({}), json!({}));
+        let from_annotation = job(
+            json!({"scheduling.volcano.sh/queue-name": "ann"}),
+            json!({}),
+            json!({}),
+        );
         assert_eq!(volcano_spec(&from_annotation, None)["queue"], "ann");
         let fallback = job(json!({}), json!({}), json!({}));
         assert_eq!(volcano_spec(&fallback, None)["queue"], "default");
@@ -349,14 +376,22 @@ mod tests {
 
     #[test]
     fn rule_3_3_volcano_never_changes_an_existing_queue() {
-        let j = job(json!({}), json!({"schedulingPolicy": {"queue": "pol"}}), json!({}));
+        let j = job(
+            json!({}),
+            json!({"schedulingPolicy": {"queue": "pol"}}),
+            json!({}),
+        );
         let existing = json!({"queue": "set-by-webhook", "minMember": 3});
         assert_eq!(volcano_spec(&j, Some(&existing))["queue"], "set-by-webhook");
     }
 
     #[test]
     fn rule_3_3_volcano_always_has_min_resources_and_policy_priority_class() {
-        let j = job(json!({}), json!({"schedulingPolicy": {"priorityClass": "urgent"}}), json!({}));
+        let j = job(
+            json!({}),
+            json!({"schedulingPolicy": {"priorityClass": "urgent"}}),
+            json!({}),
+        );
         let spec = volcano_spec(&j, None);
         assert_eq!(spec["minResources"], json!({"cpu": "3"}));
         assert_eq!(spec["priorityClassName"], "urgent");
@@ -366,8 +401,15 @@ mod tests {
 
     #[test]
     fn rule_3_3_volcano_min_task_member_only_when_every_template_names_its_task() {
-        let j = job(json!({}), json!({}), json!({"annotations": {"volcano.sh/task-spec": "trainer"}}));
-        assert_eq!(volcano_spec(&j, None)["minTaskMember"], json!({"trainer": 3}));
+        let j = job(
+            json!({}),
+            json!({}),
+            json!({"annotations": {"volcano.sh/task-spec": "trainer"}}),
+        );
+        assert_eq!(
+            volcano_spec(&j, None)["minTaskMember"],
+            json!({"trainer": 3})
+        );
     }
 
     #[test]
@@ -379,53 +421,121 @@ mod tests {
             json!({}),
         );
         let keys: Vec<_> = Volcano.annotations(&j).into_keys().collect();
-        assert_eq!(keys, vec!["scheduling.volcano.sh/queue-name", "volcano.sh/preemptable"]);
+        assert_eq!(
+            keys,
+            vec!["scheduling.volcano.sh/queue-name", "volcano.sh/preemptable"]
+        );
     }
 
     #[test]
     fn rule_3_3_scheduler_plugins_timeout_from_policy_else_default_else_omitted() {
-        let with = job(json!({}), json!({"schedulingPolicy": {"scheduleTimeoutSeconds": 90}}), json!({}));
+        let with = job(
+            json!({}),
+            json!({"schedulingPolicy": {"scheduleTimeoutSeconds": 90}}),
+            json!({}),
+        );
         let without = job(json!({}), json!({}), json!({}));
-        let gang = |j: &Job| compute(j, &Priorities::default(), &AdmissionDefaults::default()).unwrap();
+        let gang =
+            |j: &Job| compute(j, &Priorities::default(), &AdmissionDefaults::default()).unwrap();
         let mut opts = BackendOptions::default();
-        assert_eq!(SchedulerPlugins.spec(&with, &gang(&with), None, &opts)["scheduleTimeoutSeconds"], 90);
-        assert!(SchedulerPlugins.spec(&without, &gang(&without), None, &opts).get("scheduleTimeoutSeconds").is_none());
+        assert_eq!(
+            SchedulerPlugins.spec(&with, &gang(&with), None, &opts)["scheduleTimeoutSeconds"],
+            90
+        );
+        assert!(
+            SchedulerPlugins
+                .spec(&without, &gang(&without), None, &opts)
+                .get("scheduleTimeoutSeconds")
+                .is_none()
+        );
         opts.default_schedule_timeout_seconds = Some(30);
-        assert_eq!(SchedulerPlugins.spec(&without, &gang(&without), None, &opts)["scheduleTimeoutSeconds"], 30);
-        assert_eq!(SchedulerPlugins.spec(&with, &gang(&with), None, &opts)["scheduleTimeoutSeconds"], 90);
+        assert_eq!(
+            SchedulerPlugins.spec(&without, &gang(&without), None, &opts)["scheduleTimeoutSeconds"],
+            30
+        );
+        assert_eq!(
+            SchedulerPlugins.spec(&with, &gang(&with), None, &opts)["scheduleTimeoutSeconds"],
+            90
+        );
     }
 
     #[test]
     fn rule_3_name_comes_from_agreeing_template_links_else_the_job_name() {
-        let linked = job(json!({}), json!({}), json!({"labels": {"scheduling.x-k8s.io/pod-group": "my-gang"}}));
-        assert_eq!(pod_group_name(&SchedulerPlugins, &linked), ("my-gang".to_string(), None));
+        let linked = job(
+            json!({}),
+            json!({}),
+            json!({"labels": {"scheduling.x-k8s.io/pod-group": "my-gang"}}),
+        );
+        assert_eq!(
+            pod_group_name(&SchedulerPlugins, &linked),
+            ("my-gang".to_string(), None)
+        );
         let unlinked = job(json!({}), json!({}), json!({}));
-        assert_eq!(pod_group_name(&SchedulerPlugins, &unlinked), ("j".to_string(), None));
-        let bad = job(json!({}), json!({}), json!({"labels": {"scheduling.x-k8s.io/pod-group": "Not_Valid"}}));
+        assert_eq!(
+            pod_group_name(&SchedulerPlugins, &unlinked),
+            ("j".to_string(), None)
+        );
+        let bad = job(
+            json!({}),
+            json!({}),
+            json!({"labels": {"scheduling.x-k8s.io/pod-group": "Not_Valid"}}),
+        );
         assert_eq!(pod_group_name(&SchedulerPlugins, &bad).0, "j");
     }
 
     #[test]
     fn rule_3_pod_link_check_names_the_template_and_the_exact_label() {
         let unlinked = job(json!({}), json!({}), json!({}));
-        let problems = missing_links(&SchedulerPlugins, &unlinked, "j", &BackendOptions::default());
-        assert!(problems.iter().any(|p| p.contains("Master: add label scheduling.x-k8s.io/pod-group: j")), "{problems:?}");
+        let problems = missing_links(
+            &SchedulerPlugins,
+            &unlinked,
+            "j",
+            &BackendOptions::default(),
+        );
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("Master: add label scheduling.x-k8s.io/pod-group: j")),
+            "{problems:?}"
+        );
         // The templates say schedulerName volcano, which does not reach coscheduling.
-        assert!(problems.iter().any(|p| p.contains("schedulerName \"volcano\"")), "{problems:?}");
-        let volcano_linked = job(json!({}), json!({}), json!({"annotations": {"scheduling.k8s.io/group-name": "j"}}));
-        assert!(missing_links(&Volcano, &volcano_linked, "j", &BackendOptions::default()).is_empty());
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("schedulerName \"volcano\"")),
+            "{problems:?}"
+        );
+        let volcano_linked = job(
+            json!({}),
+            json!({}),
+            json!({"annotations": {"scheduling.k8s.io/group-name": "j"}}),
+        );
+        assert!(
+            missing_links(&Volcano, &volcano_linked, "j", &BackendOptions::default()).is_empty()
+        );
     }
 
     #[test]
     fn rule_3_ownership_is_one_controller_reference_and_the_managed_by_label() {
         let j = job(json!({}), json!({}), json!({}));
         let gang = compute(&j, &Priorities::default(), &AdmissionDefaults::default()).unwrap();
-        let obj = desired_object(&Volcano, &j, &gang, "j", None, false, &BackendOptions::default());
+        let obj = desired_object(
+            &Volcano,
+            &j,
+            &gang,
+            "j",
+            None,
+            false,
+            &BackendOptions::default(),
+        );
         assert_eq!(
             obj["metadata"]["ownerReferences"],
             json!([{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "j", "uid": "u", "controller": true, "blockOwnerDeletion": true}])
         );
-        assert_eq!(obj["metadata"]["labels"], json!({"app.kubernetes.io/managed-by": "podgroup-sync"}));
+        assert_eq!(
+            obj["metadata"]["labels"],
+            json!({"app.kubernetes.io/managed-by": "podgroup-sync"})
+        );
     }
 
     #[test]
@@ -433,7 +543,15 @@ mod tests {
         let j = job(json!({}), json!({}), json!({}));
         let gang = compute(&j, &Priorities::default(), &AdmissionDefaults::default()).unwrap();
         let existing = json!({"minMember": 2, "minResources": {"cpu": "2"}, "queue": "q"});
-        let obj = desired_object(&Volcano, &j, &gang, "j", Some(&existing), true, &BackendOptions::default());
+        let obj = desired_object(
+            &Volcano,
+            &j,
+            &gang,
+            "j",
+            Some(&existing),
+            true,
+            &BackendOptions::default(),
+        );
         assert_eq!(obj["spec"]["minMember"], 2);
         assert_eq!(obj["spec"]["minResources"], json!({"cpu": "2"}));
     }
@@ -442,6 +560,9 @@ mod tests {
     fn backend_is_inferred_from_templates() {
         let opts = BackendOptions::default();
         let volcano = job(json!({}), json!({}), json!({}));
-        assert_eq!(infer_from_templates(&volcano, &opts), Some(BackendKind::Volcano));
+        assert_eq!(
+            infer_from_templates(&volcano, &opts),
+            Some(BackendKind::Volcano)
+        );
     }
 }

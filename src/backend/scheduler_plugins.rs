@@ -32,7 +32,9 @@ impl PodGroupBackend for SchedulerPlugins {
     }
 
     fn scheduler_matches(&self, scheduler: Option<&str>, opts: &BackendOptions) -> bool {
-        let s = scheduler.filter(|s| !s.is_empty()).unwrap_or("default-scheduler");
+        let s = scheduler
+            .filter(|s| !s.is_empty())
+            .unwrap_or("default-scheduler");
         opts.coscheduling_scheduler_names.iter().any(|n| n == s)
     }
 
@@ -40,7 +42,13 @@ impl PodGroupBackend for SchedulerPlugins {
         self.template_link(template).is_some()
     }
 
-    fn spec(&self, job: &Job, gang: &Gang, _existing: Option<&Value>, opts: &BackendOptions) -> Value {
+    fn spec(
+        &self,
+        job: &Job,
+        gang: &Gang,
+        _existing: Option<&Value>,
+        opts: &BackendOptions,
+    ) -> Value {
         let mut spec = Map::new();
         spec.insert("minMember".into(), json!(gang.min_member));
         let min_resources = gang.min_resources.to_k8s();
@@ -68,4 +76,3 @@ impl PodGroupBackend for SchedulerPlugins {
         }
     }
 }
-

@@ -46,7 +46,13 @@ impl PodGroupBackend for Volcano {
             || scheduler_name(template) == Some(opts.volcano_scheduler_name.as_str())
     }
 
-    fn spec(&self, job: &Job, gang: &Gang, existing: Option<&Value>, _opts: &BackendOptions) -> Value {
+    fn spec(
+        &self,
+        job: &Job,
+        gang: &Gang,
+        existing: Option<&Value>,
+        _opts: &BackendOptions,
+    ) -> Value {
         let policy = job.scheduling_policy();
         let mut spec = Map::new();
         spec.insert("minMember".into(), json!(gang.min_member));
@@ -58,8 +64,14 @@ impl PodGroupBackend for Volcano {
             .and_then(Value::as_str)
             .filter(|q| !q.is_empty());
         let queue = existing_queue
-            .or(policy.and_then(|p| p.queue.as_deref()).filter(|q| !q.is_empty()))
-            .or(job.annotations.get(QUEUE_NAME_ANNOTATION).map(String::as_str).filter(|q| !q.is_empty()))
+            .or(policy
+                .and_then(|p| p.queue.as_deref())
+                .filter(|q| !q.is_empty()))
+            .or(job
+                .annotations
+                .get(QUEUE_NAME_ANNOTATION)
+                .map(String::as_str)
+                .filter(|q| !q.is_empty()))
             .unwrap_or("default");
         spec.insert("queue".into(), json!(queue));
         let priority_class = policy
@@ -73,7 +85,9 @@ impl PodGroupBackend for Volcano {
         if !gang.members.is_empty() && gang.members.iter().all(|m| m.task_spec.is_some()) {
             let mut tasks: BTreeMap<&str, u64> = BTreeMap::new();
             for m in &gang.members {
-                *tasks.entry(m.task_spec.as_deref().unwrap_or_default()).or_default() += m.counted;
+                *tasks
+                    .entry(m.task_spec.as_deref().unwrap_or_default())
+                    .or_default() += m.counted;
             }
             tasks.retain(|_, n| *n > 0);
             if !tasks.is_empty() {
@@ -86,7 +100,9 @@ impl PodGroupBackend for Volcano {
     fn annotations(&self, job: &Job) -> BTreeMap<String, String> {
         job.annotations
             .iter()
-            .filter(|(k, _)| k.starts_with("volcano.sh/") || k.starts_with("scheduling.volcano.sh/"))
+            .filter(|(k, _)| {
+                k.starts_with("volcano.sh/") || k.starts_with("scheduling.volcano.sh/")
+            })
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
     }
@@ -103,12 +119,19 @@ impl PodGroupBackend for Volcano {
     fn unschedulable(&self, status: Option<&Value>) -> Option<(String, String)> {
         let conditions = status?.get("conditions")?.as_array()?;
         conditions.iter().find_map(|c| {
-            (c.get("type")?.as_str()? == "Unschedulable" && c.get("status")?.as_str()? == "True").then(|| {
-                (
-                    c.get("reason").and_then(Value::as_str).unwrap_or("Unschedulable").to_string(),
-                    c.get("message").and_then(Value::as_str).unwrap_or_default().to_string(),
-                )
-            })
+            (c.get("type")?.as_str()? == "Unschedulable" && c.get("status")?.as_str()? == "True")
+                .then(|| {
+                    (
+                        c.get("reason")
+                            .and_then(Value::as_str)
+                            .unwrap_or("Unschedulable")
+                            .to_string(),
+                        c.get("message")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_string(),
+                    )
+                })
         })
     }
 }

@@ -3,7 +3,8 @@
 # upstream CRD manifests from their Go modules. Idempotent; everything is cached outside the repo:
 #   $PGS_CACHE/bin/<component>-<version>-<goversion>/   binaries
 #   $PGS_CACHE/crds/                                    CRD manifests
-# Prints the bin directory on its last line of stdout ("BIN=<dir>").
+# Its last two lines of stdout are "BIN=<dir>" and "CRDS=<dir>"; progress goes to stderr.
+# Concurrent runs are serialised by a lock, and binaries appear in BIN only once fully built.
 #
 # usage: get-binaries.sh [core|all]   (core: etcd, kube-apiserver, kube-controller-manager, kubectl)
 set -euo pipefail
@@ -24,9 +25,16 @@ mkdir -p "$BIN" "$CRDS" "$PGS_CACHE/src"
 
 log() { echo "[get-binaries $(date +%H:%M:%S)] $*" >&2; }
 
+# One run at a time per cache (test binaries may start control planes concurrently).
+exec 9>>"$PGS_CACHE/.get-binaries.lock"
+if ! flock -n 9; then
+  log "waiting for another get-binaries.sh run to finish"
+  flock 9
+fi
+
 # modjson MODULE@VERSION FIELD: downloads a module (zip only) and prints one field of its JSON.
 modjson() {
-  (cd /tmp && GOFLAGS= go mod download -json "$1") |
+  (cd /tmp && GOFLAGS='' go mod download -json "$1") |
     python3 -c "import json,sys; print(json.load(sys.stdin)['$2'])"
 }
 
@@ -68,8 +76,10 @@ build_kubernetes() {
     local ldf="-s -w -X $V.gitVersion=v$K8S_VERSION -X $V.gitMajor=1 -X $V.gitMinor=$minor -X $V.gitTreeState=clean"
     ldf+=" -X $V.buildDate=1970-01-01T00:00:00Z -X $C.gitVersion=v$K8S_VERSION -X $C.gitMajor=1 -X $C.gitMinor=$minor"
     log "go build (this is the slow part)"
-    go build -trimpath -ldflags "$ldf" -o "$BIN/" k8s.io/kubernetes/cmd/kube-apiserver \
+    rm -rf "$BIN/.build"; mkdir -p "$BIN/.build"
+    go build -trimpath -ldflags "$ldf" -o "$BIN/.build/" k8s.io/kubernetes/cmd/kube-apiserver \
       k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl
+    mv "$BIN"/.build/* "$BIN/"; rmdir "$BIN/.build"
   )
   log "built $("$BIN/kube-apiserver" --version)"
 }
@@ -83,7 +93,8 @@ build_etcd() {
     printf 'module local/etcd-testbin\n\ngo 1.24\n' > go.mod
     go mod edit -require="go.etcd.io/etcd/server/v3@v$ETCD_VERSION" -tool=go.etcd.io/etcd/server/v3
     go mod tidy
-    go build -trimpath -ldflags "-s -w" -o "$BIN/etcd" go.etcd.io/etcd/server/v3
+    go build -trimpath -ldflags "-s -w" -o "$BIN/.etcd.tmp" go.etcd.io/etcd/server/v3
+    mv "$BIN/.etcd.tmp" "$BIN/etcd"
   )
   log "built etcd $("$BIN/etcd" --version | head -1)"
 }

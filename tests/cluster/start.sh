@@ -57,7 +57,8 @@ if [ -s "$W/pids" ]; then
   done < "$W/pids"
 fi
 rm -rf "$W/pki" "$W/etcd" "$W/pids" "$W/env" "$W/kubeconfig" "$W/reaper.pid" "$W/stop.lock"
-mkdir -p "$W/pki" "$W/etcd"
+mkdir -p "$W/pki"
+mkdir -m 700 "$W/etcd"
 # This script is listed too while it runs, so that the reaper also ends a start interrupted by the
 # owner's death (it matches when WORK_DIR was given as an absolute path).
 echo $$ > "$W/pids"
@@ -234,7 +235,13 @@ start apiserver "$BIN/kube-apiserver" \
   --service-account-issuer="$API_URL" --service-account-key-file="$W/pki/sa.pub" \
   --service-account-signing-key-file="$W/pki/sa.key" --service-cluster-ip-range=10.0.0.0/24 \
   --authorization-mode=RBAC --allow-privileged=true --disable-admission-plugins=ServiceAccount \
-  --endpoint-reconciler-type=none
+  --endpoint-reconciler-type=none \
+  --requestheader-client-ca-file="$W/pki/ca.crt" --requestheader-allowed-names=front-proxy-client \
+  --requestheader-username-headers=X-Remote-User --requestheader-group-headers=X-Remote-Group \
+  --requestheader-extra-headers-prefix=X-Remote-Extra-
+# (The requestheader flags only fill kube-system/extension-apiserver-authentication completely;
+# without them KCM's delegated authentication logs "missing content for CA bundle" in a loop.
+# No front-proxy-client certificate is ever issued.)
 # /readyz is readable anonymously (system:public-info-viewer); --cacert checks the serving cert.
 api_ready() { [ "$(curl -sS --max-time 5 --cacert "$W/pki/ca.crt" "$API_URL/readyz")" = ok ]; }
 wait_ready apiserver "$STARTED_PID" api_ready

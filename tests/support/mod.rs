@@ -19,6 +19,9 @@
 //! they never skip.
 #![allow(dead_code)]
 
+pub mod controller;
+pub mod jobs;
+
 use std::future::Future;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -112,7 +115,10 @@ pub async fn test_namespace(client: &Client, prefix: &str, annotations: &[(&str,
             metadata: ObjectMeta {
                 name: Some(name.clone()),
                 annotations: (!annotations.is_empty()).then(|| {
-                    annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+                    annotations
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect()
                 }),
                 ..ObjectMeta::default()
             },
@@ -139,7 +145,9 @@ where
         match tokio::time::timeout_at(deadline, f()).await {
             Ok(Some(value)) => return value,
             Ok(None) => {}
-            Err(_) => panic!("timed out after {timeout:?} waiting for {what} (the last check hung)"),
+            Err(_) => {
+                panic!("timed out after {timeout:?} waiting for {what} (the last check hung)")
+            }
         }
         if tokio::time::Instant::now() >= deadline {
             panic!("timed out after {timeout:?} waiting for {what}");
@@ -151,10 +159,14 @@ where
 /// 8 base-36 characters from the clock, the process id and a per-process counter.
 fn unique_suffix() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
     let count = COUNTER.fetch_add(1, Ordering::Relaxed);
     // splitmix64 finaliser, so that consecutive values do not share a prefix
-    let mut x = nanos ^ (u64::from(std::process::id()) << 32) ^ count.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let mut x =
+        nanos ^ (u64::from(std::process::id()) << 32) ^ count.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     x ^= x >> 31;
@@ -169,7 +181,9 @@ fn unique_suffix() -> String {
 }
 
 fn cluster_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("cluster")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join("cluster")
 }
 
 fn init_cluster() -> Result<Cluster, String> {
@@ -183,7 +197,10 @@ fn init_cluster() -> Result<Cluster, String> {
 /// the `env` file start.sh wrote next to the kubeconfig, else from get-binaries.sh.
 fn reuse_cluster(kubeconfig: PathBuf) -> Result<Cluster, String> {
     if !kubeconfig.is_file() {
-        return Err(format!("PGS_KUBECONFIG={} is not a file", kubeconfig.display()));
+        return Err(format!(
+            "PGS_KUBECONFIG={} is not a file",
+            kubeconfig.display()
+        ));
     }
     let env_file = kubeconfig.parent().map(|d| d.join("env"));
     let bin_dir = if let Some(dir) = std::env::var_os("PGS_BIN_DIR").filter(|v| !v.is_empty()) {
@@ -203,13 +220,21 @@ fn reuse_cluster(kubeconfig: PathBuf) -> Result<Cluster, String> {
             _ => return Err(format!("{} failed ({})", script.display(), out.status)),
         }
     };
-    Ok(Cluster { kubeconfig, work_dir: None, bin_dir })
+    Ok(Cluster {
+        kubeconfig,
+        work_dir: None,
+        bin_dir,
+    })
 }
 
 /// Runs start.sh in a fresh directory under the system temp dir, owned by this process.
 fn start_cluster() -> Result<Cluster, String> {
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-    let work_dir = std::env::temp_dir().join(format!("podgroup-sync-cp-{}-{nanos}", std::process::id()));
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let work_dir =
+        std::env::temp_dir().join(format!("podgroup-sync-cp-{}-{nanos}", std::process::id()));
     let script = cluster_dir().join("start.sh");
     let fail = |what: String, stderr_tail: &str| {
         format!(
@@ -218,7 +243,11 @@ fn start_cluster() -> Result<Cluster, String> {
              (control-plane tests fail rather than skip{}; set PGS_KUBECONFIG to reuse a running one)\n\
              ----- last lines of start.sh's stderr -----\n{stderr_tail}",
             work_dir.display(),
-            if std::env::var_os("CI").is_some() { ", and CI is set" } else { "" },
+            if std::env::var_os("CI").is_some() {
+                ", and CI is set"
+            } else {
+                ""
+            },
         )
     };
 
@@ -251,18 +280,29 @@ fn start_cluster() -> Result<Cluster, String> {
         .map_err(|e| fail(format!("waiting for {}: {e}", script.display()), ""))?;
     let tail = forwarder.join().unwrap_or_default();
     if !out.status.success() {
-        return Err(fail(format!("{} exited with {}", script.display(), out.status), &tail));
+        return Err(fail(
+            format!("{} exited with {}", script.display(), out.status),
+            &tail,
+        ));
     }
 
     let kubeconfig = work_dir.join("kubeconfig");
     let bin_dir = bin_from_env_file(&work_dir.join("env")).map_err(|e| fail(e, &tail))?;
     if !kubeconfig.is_file() || !bin_dir.join("kubectl").is_file() {
         return Err(fail(
-            format!("start.sh succeeded but {} or {}/kubectl is missing", kubeconfig.display(), bin_dir.display()),
+            format!(
+                "start.sh succeeded but {} or {}/kubectl is missing",
+                kubeconfig.display(),
+                bin_dir.display()
+            ),
             &tail,
         ));
     }
-    Ok(Cluster { kubeconfig, work_dir: Some(work_dir), bin_dir })
+    Ok(Cluster {
+        kubeconfig,
+        work_dir: Some(work_dir),
+        bin_dir,
+    })
 }
 
 /// The value of BIN in a shell-sourceable `env` file written by start.sh.
@@ -276,5 +316,7 @@ fn bin_from_env_file(env_file: &Path) -> Result<PathBuf, String> {
     if !out.status.success() || out.stdout.is_empty() {
         return Err(format!("no BIN in {}", env_file.display()));
     }
-    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).into_owned()))
+    Ok(PathBuf::from(
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    ))
 }

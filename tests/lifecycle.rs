@@ -1,0 +1,449 @@
+//! The controller's lifecycle on a real control plane (SPEC §3, §4, §5): one podgroup-sync
+//! process per test binary, each test in its own namespace.
+
+mod support;
+
+use std::sync::{Mutex, OnceLock};
+
+use kube::Client;
+use serde_json::json;
+use support::controller::{self, Controller};
+use support::jobs::{self, Backend, Kind, expected_spec, spec, wait_pg, wait_pg_gone};
+
+const ENABLED: (&str, &str) = ("podgroup-sync.io/enabled", "true");
+
+static CONTROLLER: OnceLock<Mutex<Controller>> = OnceLock::new();
+
+async fn setup(prefix: &str, annotations: &[(&str, &str)]) -> (Client, String) {
+    let cluster = support::cluster().await;
+    CONTROLLER.get_or_init(|| {
+        Mutex::new(controller::start(
+            cluster,
+            None,
+            &["--gang-wait-warning-seconds", "3"],
+        ))
+    });
+    let client = cluster.client().await;
+    let ns = support::test_namespace(&client, prefix, annotations).await;
+    (client, ns)
+}
+
+fn controller_log() -> String {
+    CONTROLLER
+        .get()
+        .map(|c| c.lock().unwrap().log_tail())
+        .unwrap_or_default()
+}
+
+fn owner_ref_of(job: &kube::api::DynamicObject) -> serde_json::Value {
+    json!([{
+        "apiVersion": job.types.as_ref().unwrap().api_version,
+        "kind": job.types.as_ref().unwrap().kind,
+        "name": job.metadata.name,
+        "uid": job.metadata.uid,
+        "controller": true,
+        "blockOwnerDeletion": true,
+    }])
+}
+
+/// create → exact PodGroup; scale → updated; deleted by hand → recreated; suspend → deleted;
+/// resume → recreated; Succeeded → deleted; job deleted → collected by the garbage collector.
+async fn lifecycle(kind: Kind, backend: Backend) {
+    let (client, ns) = setup(&format!("life-{kind:?}-{backend:?}"), &[ENABLED]).await;
+    let name = "gang";
+    let job = jobs::create(&client, &ns, kind, &jobs::job(kind, backend, name, 2)).await;
+
+    let pg = wait_pg(&client, &ns, backend, name, "created", |_| true).await;
+    assert_eq!(spec(&pg), expected_spec(backend, 2), "{}", controller_log());
+    assert_eq!(
+        serde_json::to_value(&pg.metadata.owner_references).unwrap(),
+        owner_ref_of(&job)
+    );
+    assert_eq!(
+        pg.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("app.kubernetes.io/managed-by"))
+            .map(String::as_str),
+        Some("podgroup-sync")
+    );
+    let managers: Vec<_> = pg
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    assert!(
+        managers.contains(&"podgroup-sync".to_string()),
+        "{managers:?}"
+    );
+
+    // Scale the workers: the PodGroup follows.
+    let scale = match kind {
+        Kind::PyTorchJob => json!({"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 3}}}}),
+        Kind::TFJob => json!({"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 3}}}}),
+        Kind::MPIJob | Kind::MPIJobV1 => {
+            json!({"spec": {"mpiReplicaSpecs": {"Worker": {"replicas": 3}}}})
+        }
+    };
+    jobs::patch(&client, &ns, kind, name, scale, false).await;
+    let want = expected_spec(backend, 3);
+    let pg = wait_pg(&client, &ns, backend, name, "scaled to 3 workers", |pg| {
+        spec(pg) == want
+    })
+    .await;
+
+    // Deleted by hand while the job is active: recreated promptly.
+    jobs::delete(&client, &ns, &backend.ar(), name).await;
+    let old_uid = pg.metadata.uid.clone();
+    wait_pg(
+        &client,
+        &ns,
+        backend,
+        name,
+        "recreated after a manual delete",
+        |p| p.metadata.uid != old_uid,
+    )
+    .await;
+
+    // Suspend deletes; resume recreates.
+    jobs::patch(
+        &client,
+        &ns,
+        kind,
+        name,
+        json!({"spec": {"runPolicy": {"suspend": true}}}),
+        false,
+    )
+    .await;
+    wait_pg_gone(&client, &ns, backend, name, "job suspended").await;
+    jobs::patch(
+        &client,
+        &ns,
+        kind,
+        name,
+        json!({"spec": {"runPolicy": {"suspend": false}}}),
+        false,
+    )
+    .await;
+    wait_pg(&client, &ns, backend, name, "recreated on resume", |pg| {
+        spec(pg) == want
+    })
+    .await;
+
+    // Finished: the PodGroup goes (a stale Volcano PodGroup would hold queue quota).
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    jobs::patch(
+        &client,
+        &ns,
+        kind,
+        name,
+        json!({"status": {"conditions": [{"type": "Succeeded", "status": "True", "reason": "Test", "message": "done",
+            "lastTransitionTime": now, "lastUpdateTime": now}]}}),
+        true,
+    )
+    .await;
+    wait_pg_gone(&client, &ns, backend, name, "job Succeeded").await;
+
+    // A second job, deleted: kube-controller-manager's garbage collector removes its PodGroup.
+    let other = "gc-me";
+    jobs::create(&client, &ns, kind, &jobs::job(kind, backend, other, 1)).await;
+    wait_pg(&client, &ns, backend, other, "created", |_| true).await;
+    jobs::delete(&client, &ns, &kind.ar(), other).await;
+    wait_pg_gone(
+        &client,
+        &ns,
+        backend,
+        other,
+        "garbage-collected after the job was deleted",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn pytorchjob_on_scheduler_plugins() {
+    lifecycle(Kind::PyTorchJob, Backend::SchedulerPlugins).await;
+}
+#[tokio::test]
+async fn pytorchjob_on_volcano() {
+    lifecycle(Kind::PyTorchJob, Backend::Volcano).await;
+}
+#[tokio::test]
+async fn tfjob_on_scheduler_plugins() {
+    lifecycle(Kind::TFJob, Backend::SchedulerPlugins).await;
+}
+#[tokio::test]
+async fn tfjob_on_volcano() {
+    lifecycle(Kind::TFJob, Backend::Volcano).await;
+}
+#[tokio::test]
+async fn mpijob_v2beta1_on_scheduler_plugins() {
+    lifecycle(Kind::MPIJob, Backend::SchedulerPlugins).await;
+}
+#[tokio::test]
+async fn mpijob_v2beta1_on_volcano() {
+    lifecycle(Kind::MPIJob, Backend::Volcano).await;
+}
+
+#[tokio::test]
+async fn namespace_annotation_off_removes_on_creates_dry_run_only_reports() {
+    let (client, ns) = setup("toggle", &[ENABLED]).await;
+    let b = Backend::SchedulerPlugins;
+    jobs::create(
+        &client,
+        &ns,
+        Kind::PyTorchJob,
+        &jobs::job(Kind::PyTorchJob, b, "t", 1),
+    )
+    .await;
+    wait_pg(&client, &ns, b, "t", "created", |_| true).await;
+
+    let set_mode = |mode: &'static str| {
+        let client = client.clone();
+        let ns = ns.clone();
+        async move {
+            let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client);
+            api.patch(
+                &ns,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(
+                    json!({"metadata": {"annotations": {"podgroup-sync.io/enabled": mode}}}),
+                ),
+            )
+            .await
+            .expect("annotate namespace");
+        }
+    };
+    set_mode("false").await;
+    wait_pg_gone(&client, &ns, b, "t", "namespace turned off").await;
+    set_mode("dry-run").await;
+    let ev = jobs::wait_event(&client, &ns, "t", "WouldCreatePodGroup").await;
+    assert!(
+        ev.note
+            .as_deref()
+            .unwrap_or_default()
+            .contains("\"minMember\":2"),
+        "{ev:?}"
+    );
+    assert!(
+        jobs::get_pg(&client, &ns, b, "t").await.is_none(),
+        "dry-run wrote a PodGroup"
+    );
+    set_mode("true").await;
+    wait_pg(&client, &ns, b, "t", "namespace turned on again", |_| true).await;
+}
+
+#[tokio::test]
+async fn a_job_in_a_namespace_without_the_annotation_is_never_touched() {
+    let (client, off) = setup("untouched", &[]).await;
+    let on = support::test_namespace(&client, "touched", &[ENABLED]).await;
+    let b = Backend::Volcano;
+    jobs::create(
+        &client,
+        &off,
+        Kind::TFJob,
+        &jobs::job(Kind::TFJob, b, "same", 1),
+    )
+    .await;
+    jobs::create(
+        &client,
+        &on,
+        Kind::TFJob,
+        &jobs::job(Kind::TFJob, b, "same", 1),
+    )
+    .await;
+    // The enabled twin proves the controller saw both jobs by now.
+    wait_pg(
+        &client,
+        &on,
+        b,
+        "same",
+        "created in the enabled namespace",
+        |_| true,
+    )
+    .await;
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert!(jobs::get_pg(&client, &off, b, "same").await.is_none());
+    assert!(
+        jobs::events(&client, &off, "same", "WouldCreatePodGroup")
+            .await
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn a_foreign_pod_group_of_the_same_name_is_left_untouched() {
+    let (client, ns) = setup("conflict", &[ENABLED]).await;
+    let b = Backend::SchedulerPlugins;
+    let foreign: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+        "metadata": {"name": "taken"}, "spec": {"minMember": 7}
+    }))
+    .unwrap();
+    let created = jobs::api(&client, &ns, &b.ar())
+        .create(&kube::api::PostParams::default(), &foreign)
+        .await
+        .expect("create foreign PodGroup");
+    jobs::create(
+        &client,
+        &ns,
+        Kind::PyTorchJob,
+        &jobs::job(Kind::PyTorchJob, b, "taken", 1),
+    )
+    .await;
+    let ev = jobs::wait_event(&client, &ns, "taken", "PodGroupConflict").await;
+    assert_eq!(ev.type_.as_deref(), Some("Warning"));
+    let now = jobs::get_pg(&client, &ns, b, "taken")
+        .await
+        .expect("still there");
+    assert_eq!(
+        now.metadata.resource_version, created.metadata.resource_version,
+        "the foreign PodGroup was modified"
+    );
+    assert_eq!(spec(&now), json!({"minMember": 7}));
+}
+
+#[tokio::test]
+async fn an_existing_volcano_queue_is_never_changed() {
+    let (client, ns) = setup("queue", &[ENABLED]).await;
+    let b = Backend::Volcano;
+    jobs::create(
+        &client,
+        &ns,
+        Kind::PyTorchJob,
+        &jobs::job(Kind::PyTorchJob, b, "q", 1),
+    )
+    .await;
+    wait_pg(&client, &ns, b, "q", "created", |pg| {
+        spec(pg)["queue"] == "default"
+    })
+    .await;
+    // An admin (or a mutating webhook) moves the PodGroup to another queue.
+    jobs::api(&client, &ns, &b.ar())
+        .patch(
+            "q",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"queue": "team-a"}})),
+        )
+        .await
+        .expect("patch queue");
+    // The job changes (scale, and a different queue annotation): the size follows, the queue stays.
+    jobs::patch(
+        &client,
+        &ns,
+        Kind::PyTorchJob,
+        "q",
+        json!({"metadata": {"annotations": {"scheduling.volcano.sh/queue-name": "other"}},
+            "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 2}}}}),
+        false,
+    )
+    .await;
+    let pg = wait_pg(&client, &ns, b, "q", "resized", |pg| {
+        spec(pg)["minMember"] == 3
+    })
+    .await;
+    assert_eq!(spec(&pg)["queue"], "team-a");
+}
+
+#[tokio::test]
+async fn invalid_jobs_get_a_warning_and_no_pod_group() {
+    let (client, ns) = setup("invalid", &[ENABLED]).await;
+    let b = Backend::SchedulerPlugins;
+    let mut too_many = jobs::job(Kind::PyTorchJob, b, "min-above-total", 1);
+    too_many["spec"]["runPolicy"] = json!({"schedulingPolicy": {"minAvailable": 5}});
+    jobs::create(&client, &ns, Kind::PyTorchJob, &too_many).await;
+    let mut zero = jobs::job(Kind::TFJob, b, "zero", 0);
+    zero["spec"]["tfReplicaSpecs"]["PS"]["replicas"] = json!(0);
+    jobs::create(&client, &ns, Kind::TFJob, &zero).await;
+    // The CRD schema rejects malformed quantities, but its pattern admits ones too large to hold.
+    let mut bad_quantity = jobs::job(Kind::TFJob, b, "bad-quantity", 1);
+    bad_quantity["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["resources"]
+        ["requests"]["cpu"] = json!("1e40");
+    jobs::create(&client, &ns, Kind::TFJob, &bad_quantity).await;
+    // A valid job created after them still gets its PodGroup: bad input blocks nothing.
+    jobs::create(
+        &client,
+        &ns,
+        Kind::TFJob,
+        &jobs::job(Kind::TFJob, b, "fine", 1),
+    )
+    .await;
+    wait_pg(
+        &client,
+        &ns,
+        b,
+        "fine",
+        "created despite the invalid jobs",
+        |_| true,
+    )
+    .await;
+    for (name, needle) in [
+        ("min-above-total", "minAvailable 5 is above the 2 pods"),
+        ("zero", "zero replicas"),
+        ("bad-quantity", "overflow"),
+    ] {
+        let ev = jobs::wait_event(&client, &ns, name, "InvalidSpec").await;
+        assert_eq!(ev.type_.as_deref(), Some("Warning"));
+        assert!(
+            ev.note.as_deref().unwrap_or_default().contains(needle),
+            "{name}: {:?}",
+            ev.note
+        );
+        assert!(
+            jobs::get_pg(&client, &ns, b, name).await.is_none(),
+            "{name} got a PodGroup"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_template_without_the_pod_link_gets_a_warning_and_still_a_pod_group() {
+    let (client, ns) = setup("nolink", &[ENABLED]).await;
+    let b = Backend::SchedulerPlugins;
+    let mut job = jobs::job(Kind::PyTorchJob, b, "nolink", 1);
+    job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"] = json!({});
+    jobs::create(&client, &ns, Kind::PyTorchJob, &job).await;
+    wait_pg(&client, &ns, b, "nolink", "created anyway", |_| true).await;
+    let ev = jobs::wait_event(&client, &ns, "nolink", "MissingPodGroupLink").await;
+    assert!(
+        ev.note
+            .as_deref()
+            .unwrap_or_default()
+            .contains("Worker: add label scheduling.x-k8s.io/pod-group: nolink"),
+        "{:?}",
+        ev.note
+    );
+}
+
+#[tokio::test]
+async fn a_recreated_job_of_the_same_name_keeps_its_new_pod_group() {
+    let (client, ns) = setup("recreate", &[ENABLED]).await;
+    let b = Backend::Volcano;
+    let first = jobs::create(
+        &client,
+        &ns,
+        Kind::TFJob,
+        &jobs::job(Kind::TFJob, b, "again", 1),
+    )
+    .await;
+    wait_pg(&client, &ns, b, "again", "first", |_| true).await;
+    jobs::delete(&client, &ns, &Kind::TFJob.ar(), "again").await;
+    wait_pg_gone(&client, &ns, b, "again", "collected with the first job").await;
+    let second = jobs::create(
+        &client,
+        &ns,
+        Kind::TFJob,
+        &jobs::job(Kind::TFJob, b, "again", 2),
+    )
+    .await;
+    assert_ne!(first.metadata.uid, second.metadata.uid);
+    let pg = wait_pg(&client, &ns, b, "again", "for the new job", |pg| {
+        pg.metadata
+            .owner_references
+            .as_ref()
+            .is_some_and(|o| o[0].uid == second.metadata.uid.clone().unwrap())
+    })
+    .await;
+    assert_eq!(spec(&pg)["minMember"], 3);
+}

@@ -1,0 +1,233 @@
+//! Kubeflow jobs and PodGroups on the test control plane, as dynamic objects.
+
+use std::time::Duration;
+
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::discovery::ApiResource;
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+use super::wait_for;
+
+/// How long a test waits for the controller or the garbage collector.
+pub const WAIT: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    PyTorchJob,
+    TFJob,
+    MPIJob,
+    MPIJobV1,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    SchedulerPlugins,
+    Volcano,
+}
+
+pub fn ar(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: format!("{group}/{version}"),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+impl Kind {
+    pub fn ar(&self) -> ApiResource {
+        match self {
+            Kind::PyTorchJob => ar("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs"),
+            Kind::TFJob => ar("kubeflow.org", "v1", "TFJob", "tfjobs"),
+            Kind::MPIJob => ar("kubeflow.org", "v2beta1", "MPIJob", "mpijobs"),
+            Kind::MPIJobV1 => ar("kubeflow.org", "v1", "MPIJob", "mpijobs"),
+        }
+    }
+
+    fn specs_field(&self) -> &'static str {
+        match self {
+            Kind::PyTorchJob => "pytorchReplicaSpecs",
+            Kind::TFJob => "tfReplicaSpecs",
+            Kind::MPIJob | Kind::MPIJobV1 => "mpiReplicaSpecs",
+        }
+    }
+
+    /// The replica type that scales.
+    pub fn worker_path(&self) -> String {
+        format!("/spec/{}/Worker/replicas", self.specs_field())
+    }
+}
+
+impl Backend {
+    pub fn ar(&self) -> ApiResource {
+        match self {
+            Backend::SchedulerPlugins => {
+                ar("scheduling.x-k8s.io", "v1alpha1", "PodGroup", "podgroups")
+            }
+            Backend::Volcano => ar("scheduling.volcano.sh", "v1beta1", "PodGroup", "podgroups"),
+        }
+    }
+
+    /// Template metadata and schedulerName that link pods to PodGroup `pg`.
+    fn link(&self, pg: &str) -> (Value, &'static str) {
+        match self {
+            Backend::SchedulerPlugins => (
+                json!({"labels": {"scheduling.x-k8s.io/pod-group": pg}}),
+                "default-scheduler",
+            ),
+            Backend::Volcano => (
+                json!({"annotations": {"scheduling.k8s.io/group-name": pg}}),
+                "volcano",
+            ),
+        }
+    }
+}
+
+fn template(backend: Backend, pg: &str, requests: Value, limits: Value) -> Value {
+    let (meta, scheduler) = backend.link(pg);
+    json!({"metadata": meta, "spec": {"schedulerName": scheduler, "restartPolicy": "Never",
+        "containers": [{"name": "main", "image": "busybox", "resources": {"requests": requests, "limits": limits}}]}})
+}
+
+/// A job of `kind` with a 1-pod head (Master / PS / Launcher: 1 cpu, 1Gi) and `workers` workers
+/// (2 cpu, 1 GPU as a limit only), linked to PodGroup `name` for `backend`.
+pub fn job(kind: Kind, backend: Backend, name: &str, workers: u32) -> Value {
+    let head = template(
+        backend,
+        name,
+        json!({"cpu": "1", "memory": "1Gi"}),
+        json!({}),
+    );
+    let worker = template(
+        backend,
+        name,
+        json!({"cpu": "2"}),
+        json!({"nvidia.com/gpu": 1}),
+    );
+    let ar = kind.ar();
+    let specs = match kind {
+        Kind::PyTorchJob => {
+            json!({"Master": {"replicas": 1, "restartPolicy": "Never", "template": head},
+            "Worker": {"replicas": workers, "restartPolicy": "Never", "template": worker}})
+        }
+        Kind::TFJob => json!({"PS": {"replicas": 1, "template": head},
+            "Worker": {"replicas": workers, "template": worker}}),
+        Kind::MPIJob | Kind::MPIJobV1 => json!({"Launcher": {"replicas": 1, "template": head},
+            "Worker": {"replicas": workers, "template": worker}}),
+    };
+    json!({"apiVersion": ar.api_version, "kind": ar.kind, "metadata": {"name": name},
+        "spec": {kind.specs_field(): specs, "runPolicy": {}}})
+}
+
+/// The PodGroup spec [`job`] should get: minMember 1 + workers, minResources of all pods.
+pub fn expected_spec(backend: Backend, workers: u32) -> Value {
+    let mut spec = json!({"minMember": 1 + workers, "minResources": {
+        "cpu": (1 + 2 * workers).to_string(), "memory": "1Gi", "nvidia.com/gpu": workers.to_string()}});
+    if backend == Backend::Volcano {
+        spec["queue"] = json!("default");
+    }
+    spec
+}
+
+pub fn api(client: &Client, ns: &str, ar: &ApiResource) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), ns, ar)
+}
+
+pub async fn create(client: &Client, ns: &str, kind: Kind, manifest: &Value) -> DynamicObject {
+    let obj: DynamicObject = serde_json::from_value(manifest.clone()).expect("manifest");
+    api(client, ns, &kind.ar())
+        .create(&PostParams::default(), &obj)
+        .await
+        .unwrap_or_else(|e| panic!("create {kind:?}: {e}"))
+}
+
+pub async fn get_pg(
+    client: &Client,
+    ns: &str,
+    backend: Backend,
+    name: &str,
+) -> Option<DynamicObject> {
+    api(client, ns, &backend.ar())
+        .get_opt(name)
+        .await
+        .expect("get PodGroup")
+}
+
+/// Waits until PodGroup `name` exists and `check` accepts it.
+pub async fn wait_pg(
+    client: &Client,
+    ns: &str,
+    backend: Backend,
+    name: &str,
+    what: &str,
+    check: impl Fn(&DynamicObject) -> bool,
+) -> DynamicObject {
+    wait_for(&format!("PodGroup {ns}/{name}: {what}"), WAIT, || async {
+        get_pg(client, ns, backend, name)
+            .await
+            .filter(|pg| check(pg))
+    })
+    .await
+}
+
+pub async fn wait_pg_gone(client: &Client, ns: &str, backend: Backend, name: &str, what: &str) {
+    wait_for(
+        &format!("PodGroup {ns}/{name} gone: {what}"),
+        WAIT,
+        || async {
+            get_pg(client, ns, backend, name)
+                .await
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await
+}
+
+/// JSON merge patch of a job (or its status with `status: true`).
+pub async fn patch(client: &Client, ns: &str, kind: Kind, name: &str, patch: Value, status: bool) {
+    let api = api(client, ns, &kind.ar());
+    let pp = PatchParams::default();
+    let r = if status {
+        api.patch_status(name, &pp, &Patch::Merge(&patch)).await
+    } else {
+        api.patch(name, &pp, &Patch::Merge(&patch)).await
+    };
+    r.unwrap_or_else(|e| panic!("patch {kind:?} {name}: {e}"));
+}
+
+pub async fn delete(client: &Client, ns: &str, ar: &ApiResource, name: &str) {
+    api(client, ns, ar)
+        .delete(name, &DeleteParams::background())
+        .await
+        .unwrap_or_else(|e| panic!("delete {} {name}: {e}", ar.kind));
+}
+
+/// Events podgroup-sync reported on object `name` with `reason`.
+pub async fn events(client: &Client, ns: &str, name: &str, reason: &str) -> Vec<Event> {
+    Api::<Event>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .expect("list events")
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                && e.reason.as_deref() == Some(reason)
+        })
+        .collect()
+}
+
+pub async fn wait_event(client: &Client, ns: &str, name: &str, reason: &str) -> Event {
+    wait_for(&format!("Event {reason} on {ns}/{name}"), WAIT, || async {
+        events(client, ns, name, reason).await.into_iter().next()
+    })
+    .await
+}
+
+pub fn spec(pg: &DynamicObject) -> Value {
+    pg.data.get("spec").cloned().unwrap_or(Value::Null)
+}
