@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+
 use std::time::Duration;
 
 use futures::{Stream, StreamExt, future};
@@ -18,11 +19,11 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use crate::backend::{BACKENDS, BackendKind};
+use crate::backend::{BACKENDS, BackendKind, MANAGED_BY_LABEL, MANAGED_BY_VALUE, Phase};
 use crate::enablement::Mode;
 use crate::job::{JobKind, KINDS};
 use crate::reconcile::{self, Caches, Context};
@@ -88,7 +89,7 @@ pub async fn discover(client: &Client) -> Result<Served, kube::Error> {
         let ar = b.backend().api_resource();
         if resources_of(ar.api_version.clone())
             .await?
-            .is_some_and(|r| r.iter().any(|n| *n == ar.plural))
+            .is_some_and(|r| r.contains(&ar.plural))
         {
             served.backends.insert(b);
         }
@@ -232,12 +233,10 @@ fn tokio_stream_from(
     rx: broadcast::Receiver<Trigger>,
 ) -> impl Stream<Item = Option<Trigger>> + Send {
     futures::stream::unfold(rx, |mut rx| async move {
-        loop {
-            match rx.recv().await {
-                Ok(t) => return Some((Some(t), rx)),
-                Err(broadcast::error::RecvError::Lagged(_)) => return Some((None, rx)),
-                Err(broadcast::error::RecvError::Closed) => return None,
-            }
+        match rx.recv().await {
+            Ok(t) => Some((Some(t), rx)),
+            Err(broadcast::error::RecvError::Lagged(_)) => Some((None, rx)),
+            Err(broadcast::error::RecvError::Closed) => None,
         }
     })
 }
@@ -262,18 +261,33 @@ impl Readiness {
     }
 }
 
-/// Runs discovery, caches and controllers until `shutdown` resolves.
+/// How the runtime talks to the rest of the process.
+pub struct Signals {
+    /// Set once discovery ran and every cache synced.
+    pub readiness: Readiness,
+    /// Whether this instance holds the leader Lease (always true without leader election).
+    pub leading: watch::Receiver<bool>,
+    /// Unix time of the loop's last turn, for liveness.
+    pub heartbeat: Arc<std::sync::atomic::AtomicI64>,
+    /// Turns true on SIGTERM: finish in-flight reconciles and stop.
+    pub shutdown: watch::Receiver<bool>,
+}
+
+/// Runs discovery, caches and controllers until `signals.shutdown` turns true.
 pub async fn run(
     client: Client,
     ctx_settings: reconcile::Settings,
     rt: RuntimeSettings,
     recorder: kube::runtime::events::Recorder,
     metrics: Arc<crate::metrics::Metrics>,
-    readiness: Readiness,
-    leading: Arc<AtomicBool>,
-    heartbeat: Arc<std::sync::atomic::AtomicI64>,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    signals: Signals,
 ) -> Result<(), RunError> {
+    let Signals {
+        readiness,
+        leading,
+        heartbeat,
+        mut shutdown,
+    } = signals;
     let (triggers, _) = broadcast::channel::<Trigger>(16_384);
     let mut tasks = Vec::new();
     let (namespaces, h) = spawn_reflector(
@@ -348,21 +362,29 @@ pub async fn run(
         runtime_classes,
         pod_groups: Default::default(),
     };
-    let ctx = Arc::new({
-        let mut c = Context::new(
-            client.clone(),
-            ctx_settings.clone(),
-            caches.clone(),
-            recorder,
-            metrics.clone(),
-        );
-        c.leading = leading;
-        c
-    });
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        ctx_settings.clone(),
+        caches.clone(),
+        recorder,
+        metrics.clone(),
+        leading.clone(),
+    ));
+    // A new leader looks at every job: as a standby it skipped them.
+    tasks.push(tokio::spawn({
+        let mut leading = leading.clone();
+        let triggers = triggers.clone();
+        async move {
+            while leading.changed().await.is_ok() {
+                if *leading.borrow_and_update() {
+                    let _ = triggers.send(Trigger::All);
+                }
+            }
+        }
+    }));
 
     let mut backend_tasks: BTreeMap<BackendKind, JoinHandle<()>> = BTreeMap::new();
     let mut kind_tasks: BTreeMap<(&'static str, &'static str), JoinHandle<()>> = BTreeMap::new();
-    let mut shutdown = std::pin::pin!(shutdown);
     let mut first = true;
     let mut last_served: Option<Served> = None;
     loop {
@@ -430,6 +452,7 @@ pub async fn run(
                                     ctx.clone(),
                                     triggers.subscribe(),
                                     rt.concurrency,
+                                    shutdown.clone(),
                                 );
                                 kind_tasks.insert(key, h);
                                 info!(kind = kind.kind, version = kind.version, "watching jobs");
@@ -464,25 +487,54 @@ pub async fn run(
             Err(e) => warn!(error = %e, "discovery failed; retrying"),
         }
         update_namespace_gauge(&metrics, &namespaces, &ctx_settings.enablement);
+        update_pod_group_gauge(&metrics, &caches);
         heartbeat.store(
             k8s_openapi::jiff::Timestamp::now().as_second(),
             Ordering::Relaxed,
         );
         tokio::select! {
-            _ = &mut shutdown => break,
+            _ = shutdown.changed() => break,
             _ = tokio::time::sleep(rt.discovery_interval) => {}
         }
     }
-    info!("shutting down");
+    info!("shutting down: finishing in-flight reconciles");
     readiness.set(false);
+    // The controllers saw the same signal and stop after their in-flight reconciles.
     for (_, h) in kind_tasks {
-        h.abort();
         let _ = h.await;
     }
     for h in backend_tasks.into_values().chain(tasks) {
         h.abort();
     }
     Ok(())
+}
+
+fn update_pod_group_gauge(metrics: &crate::metrics::Metrics, caches: &Caches) {
+    let stores = caches.pod_groups.read().expect("lock").clone();
+    for b in BACKENDS {
+        let mut counts: HashMap<Phase, i64> = HashMap::new();
+        if let Some(store) = stores.get(&b) {
+            for pg in store.state() {
+                let ours = pg
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(MANAGED_BY_LABEL))
+                    .is_some_and(|v| v == MANAGED_BY_VALUE);
+                if ours {
+                    *counts
+                        .entry(b.backend().phase(pg.data.get("status")))
+                        .or_default() += 1;
+                }
+            }
+        }
+        for phase in Phase::ALL {
+            metrics
+                .podgroups
+                .with_label_values(&[b.as_str(), phase.as_str()])
+                .set(counts.get(&phase).copied().unwrap_or(0));
+        }
+    }
 }
 
 fn update_namespace_gauge(
@@ -510,6 +562,7 @@ fn spawn_kind_controller(
     ctx: Arc<Context>,
     triggers: broadcast::Receiver<Trigger>,
     concurrency: u16,
+    mut shutdown: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
     let ar = ApiResource {
         group: kind.group.into(),
@@ -523,7 +576,11 @@ fn spawn_kind_controller(
         Controller::new_with(api, watcher::Config::default().any_semantic(), ar.clone())
             .with_config(kube::runtime::controller::Config::default().concurrency(concurrency));
     let jobs = controller.store();
-    let controller = controller.reconcile_on(job_refs(triggers, jobs, kind, ar));
+    let controller = controller
+        .reconcile_on(job_refs(triggers, jobs, kind, ar))
+        .graceful_shutdown_on(async move {
+            let _ = shutdown.wait_for(|stop| *stop).await;
+        });
     tokio::spawn(async move {
         controller
             .run(

@@ -12,6 +12,7 @@ pub mod explain;
 pub mod gang;
 pub mod http;
 pub mod job;
+pub mod leader;
 pub mod metrics;
 pub mod quantity;
 pub mod reconcile;

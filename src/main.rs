@@ -3,18 +3,20 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64};
+use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use kube::runtime::events::{Recorder, Reporter};
+use tokio::sync::watch;
 use tracing::{error, info};
 
 use podgroup_sync::backend::{BackendKind, BackendOptions};
-use podgroup_sync::controller::{self, Readiness, RuntimeSettings};
+use podgroup_sync::controller::{self, Readiness, RuntimeSettings, Signals};
 use podgroup_sync::enablement::{Enablement, Mode};
 use podgroup_sync::explain::explain;
 use podgroup_sync::http::{self, Health};
+use podgroup_sync::leader::{self, LeaseConfig};
 use podgroup_sync::metrics::Metrics;
 use podgroup_sync::reconcile::{ResizePolicy, Settings};
 
@@ -138,9 +140,53 @@ struct RunArgs {
         default_value = "text"
     )]
     log_format: LogFormat,
+    #[command(flatten)]
+    leader: LeaderArgs,
     /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then the in-cluster service account).
     #[arg(long, env = "PODGROUP_SYNC_KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
+}
+
+#[derive(Args, Debug, Clone)]
+struct LeaderArgs {
+    /// Elect a leader on a coordination.k8s.io Lease; only the leader writes (run several
+    /// replicas with this on).
+    #[arg(long = "leader-elect", env = "PODGROUP_SYNC_LEADER_ELECT")]
+    enabled: bool,
+    /// Namespace of the Lease (default: $POD_NAMESPACE, else "default").
+    #[arg(long = "leader-elect-namespace", env = "POD_NAMESPACE")]
+    namespace: Option<String>,
+    /// Name of the Lease.
+    #[arg(
+        long = "leader-elect-lease-name",
+        env = "PODGROUP_SYNC_LEADER_ELECT_LEASE_NAME",
+        default_value = "podgroup-sync"
+    )]
+    lease_name: String,
+    /// Seconds a leader's claim lasts without renewal; a standby takes over after it.
+    #[arg(
+        long = "leader-elect-lease-duration-seconds",
+        env = "PODGROUP_SYNC_LEADER_ELECT_LEASE_DURATION_SECONDS",
+        default_value_t = 15
+    )]
+    lease_duration_seconds: u64,
+    /// Seconds a leader keeps trying to renew before it gives up and exits.
+    #[arg(
+        long = "leader-elect-renew-deadline-seconds",
+        env = "PODGROUP_SYNC_LEADER_ELECT_RENEW_DEADLINE_SECONDS",
+        default_value_t = 10
+    )]
+    renew_deadline_seconds: u64,
+    /// Seconds between attempts to acquire or renew the Lease.
+    #[arg(
+        long = "leader-elect-retry-period-seconds",
+        env = "PODGROUP_SYNC_LEADER_ELECT_RETRY_PERIOD_SECONDS",
+        default_value_t = 2
+    )]
+    retry_period_seconds: u64,
+    /// Identity written into the Lease (default: $POD_NAME, else hostname and process id).
+    #[arg(long = "leader-elect-identity", env = "POD_NAME")]
+    identity: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -263,13 +309,59 @@ async fn controller_main(args: RunArgs) -> Result<(), Box<dyn std::error::Error>
         instance: std::env::var("POD_NAME").ok(),
     };
     let recorder = Recorder::new(client.clone(), reporter);
-    let leading = Arc::new(AtomicBool::new(true));
-    metrics.leader.set(1);
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let (leading_tx, leading_rx) = watch::channel(!args.leader.enabled);
+    // Sent once the controllers stopped: only then is the Lease released.
+    let (release_tx, release_rx) = watch::channel(false);
+    let election = if args.leader.enabled {
+        let identity = args.leader.identity.clone().unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+            format!("{}-{}", host.trim(), std::process::id())
+        });
+        let cfg = LeaseConfig {
+            namespace: args
+                .leader
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into()),
+            name: args.leader.lease_name.clone(),
+            identity,
+            lease_duration: Duration::from_secs(args.leader.lease_duration_seconds),
+            renew_deadline: Duration::from_secs(args.leader.renew_deadline_seconds),
+            retry_period: Duration::from_secs(args.leader.retry_period_seconds.max(1)),
+        };
+        info!(lease = %cfg.name, namespace = %cfg.namespace, identity = %cfg.identity, "leader election on");
+        Some(tokio::spawn(leader::run(
+            client.clone(),
+            cfg,
+            leading_tx,
+            release_rx,
+        )))
+    } else {
+        None
+    };
+    // Mirror leadership into the gauge.
+    tokio::spawn({
+        let mut leading = leading_rx.clone();
+        let metrics = metrics.clone();
+        async move {
+            loop {
+                metrics.leader.set(*leading.borrow_and_update() as i64);
+                if leading.changed().await.is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = shutdown_tx.send(true);
+    });
     info!(
         version = env!("CARGO_PKG_VERSION"),
         "podgroup-sync starting"
     );
-    controller::run(
+    let run = controller::run(
         client,
         settings,
         RuntimeSettings {
@@ -278,12 +370,34 @@ async fn controller_main(args: RunArgs) -> Result<(), Box<dyn std::error::Error>
         },
         recorder,
         metrics,
-        readiness,
-        leading,
-        heartbeat,
-        shutdown_signal(),
-    )
-    .await?;
+        Signals {
+            readiness,
+            leading: leading_rx,
+            heartbeat,
+            shutdown: shutdown_rx,
+        },
+    );
+    match election {
+        None => {
+            drop(release_tx);
+            run.await?
+        }
+        Some(mut election) => {
+            tokio::select! {
+                r = run => {
+                    r?;
+                    // The controllers stopped after their in-flight reconciles: hand over now.
+                    let _ = release_tx.send(true);
+                    election.await??;
+                }
+                r = &mut election => {
+                    // Leadership lost (or the task died): stop at once so nothing writes.
+                    r??;
+                    return Err("leader election ended".into());
+                }
+            }
+        }
+    }
     Ok(())
 }
 

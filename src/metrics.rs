@@ -178,6 +178,43 @@ impl Metrics {
         }
     }
 
+    /// The name of every metric family this registry exports (histograms as their base name),
+    /// whether or not a sample has been recorded yet.
+    pub fn metric_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .registry
+            .gather()
+            .iter()
+            .map(|mf| mf.name().to_string())
+            .chain(self.vec_names())
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    fn vec_names(&self) -> Vec<String> {
+        use prometheus::core::Collector;
+        let mut out = Vec::new();
+        let mut add = |descs: Vec<&prometheus::core::Desc>| {
+            out.extend(descs.iter().map(|d| d.fq_name.clone()))
+        };
+        add(self.reconcile_total.desc());
+        add(self.reconcile_duration.desc());
+        add(self.podgroup_writes.desc());
+        add(self.podgroups.desc());
+        add(self.job_to_podgroup.desc());
+        add(self.gang_wait.desc());
+        add(self.invalid_jobs.desc());
+        add(self.managed_namespaces.desc());
+        add(self.watched_kinds.desc());
+        add(self.backend_served.desc());
+        add(self.backend_unavailable.desc());
+        add(self.events.desc());
+        add(self.build_info.desc());
+        out
+    }
+
     /// The Prometheus text exposition of every metric.
     pub fn encode(&self) -> String {
         let mut buf = Vec::new();

@@ -105,7 +105,7 @@ pub struct Context {
     events_seen: Mutex<HashMap<(String, String, String), Instant>>,
     running_seen: Mutex<HashMap<String, ()>>,
     /// False on a standby replica: it computes nothing and writes nothing.
-    pub leading: Arc<std::sync::atomic::AtomicBool>,
+    pub leading: tokio::sync::watch::Receiver<bool>,
 }
 
 /// What went wrong talking to the API server; retried with backoff.
@@ -133,6 +133,7 @@ impl Context {
         caches: Caches,
         recorder: Recorder,
         metrics: Arc<Metrics>,
+        leading: tokio::sync::watch::Receiver<bool>,
     ) -> Self {
         Context {
             client,
@@ -142,7 +143,7 @@ impl Context {
             metrics,
             events_seen: Mutex::new(HashMap::new()),
             running_seen: Mutex::new(HashMap::new()),
-            leading: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+            leading,
         }
     }
 
@@ -242,6 +243,7 @@ pub async fn reconcile(
 /// How a reconcile ended.
 enum Outcome {
     Done,
+    Standby,
     Invalid,
     Conflict,
     /// Wait for something outside the job (a CRD, a long Pending gang) and look again.
@@ -252,6 +254,7 @@ impl Outcome {
     fn label(&self) -> &'static str {
         match self {
             Outcome::Done | Outcome::RequeueAfter(_) => "ok",
+            Outcome::Standby => "standby",
             Outcome::Invalid => "invalid",
             Outcome::Conflict => "conflict",
         }
@@ -259,6 +262,7 @@ impl Outcome {
     fn action(&self) -> Action {
         match self {
             Outcome::RequeueAfter(d) => Action::requeue(*d),
+            Outcome::Standby => Action::await_change(),
             // Watches bring every change; a slow periodic look catches anything missed.
             _ => Action::requeue(Duration::from_secs(3600)),
         }
@@ -270,8 +274,9 @@ async fn reconcile_inner(
     ctx: &Context,
     kind: &'static JobKind,
 ) -> Result<Outcome, Error> {
-    if !ctx.leading.load(std::sync::atomic::Ordering::Relaxed) {
-        return Ok(Outcome::RequeueAfter(Duration::from_secs(5)));
+    if !*ctx.leading.borrow() {
+        // A standby writes nothing; every job is looked at again when it becomes the leader.
+        return Ok(Outcome::Standby);
     }
     let namespace = obj.namespace().unwrap_or_default();
     let uid = obj.uid().unwrap_or_default();

@@ -215,7 +215,11 @@ fn reuse_cluster(kubeconfig: PathBuf) -> Result<Cluster, String> {
             .output()
             .map_err(|e| format!("running {}: {e}", script.display()))?;
         let stdout = String::from_utf8_lossy(&out.stdout);
-        match stdout.lines().filter_map(|l| l.strip_prefix("BIN=")).last() {
+        match stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix("BIN="))
+            .next_back()
+        {
             Some(bin) if out.status.success() => PathBuf::from(bin),
             _ => return Err(format!("{} failed ({})", script.display(), out.status)),
         }

@@ -1,0 +1,112 @@
+{{/*
+Names and labels.
+*/}}
+
+{{/* The chart name, or nameOverride. */}}
+{{- define "podgroup-sync.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Prefix of every object name: fullnameOverride, else <release>-<name> unless the release name already contains the name. */}}
+{{- define "podgroup-sync.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := include "podgroup-sync.name" . }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Labels that select the controller pods; never change them after a release exists. */}}
+{{- define "podgroup-sync.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "podgroup-sync.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: controller
+{{- end }}
+
+{{/* Labels on every object. */}}
+{{- define "podgroup-sync.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "podgroup-sync.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: podgroup-sync
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* The ServiceAccount the controller runs as. */}}
+{{- define "podgroup-sync.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "podgroup-sync.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The leader-election Lease. */}}
+{{- define "podgroup-sync.leaseName" -}}
+{{- default (include "podgroup-sync.fullname" .) .Values.leaderElection.leaseName }}
+{{- end }}
+
+{{/* repository[:tag][@digest] */}}
+{{- define "podgroup-sync.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag }}
+{{- .Values.image.repository }}:{{ $tag }}{{ with .Values.image.digest }}@{{ . }}{{ end }}
+{{- end }}
+
+{{/*
+The controller's cluster-wide permissions (SPEC §6), the single source of the ClusterRole.
+Each rule is what one part of the controller does, and nothing more; tests/chart.rs removes
+them one at a time and checks that the controller reports the missing permission.
+*/}}
+{{- define "podgroup-sync.clusterRules" -}}
+# The job kinds it watches (PyTorchJob, TFJob, MPIJob v1 or v2beta1). Read only: it never writes
+# a job or its status.
+- apiGroups: ["kubeflow.org"]
+  resources: ["pytorchjobs", "tfjobs", "mpijobs"]
+  verbs: ["get", "list", "watch"]
+# Namespaces carry the enablement and backend annotations.
+- apiGroups: [""]
+  resources: ["namespaces"]
+  verbs: ["get", "list", "watch"]
+# LimitRange defaults fill container requests the templates leave out (minResources).
+- apiGroups: [""]
+  resources: ["limitranges"]
+  verbs: ["get", "list", "watch"]
+# PriorityClasses order the replica types when minResources counts pods.
+- apiGroups: ["scheduling.k8s.io"]
+  resources: ["priorityclasses"]
+  verbs: ["get", "list", "watch"]
+# RuntimeClass overhead is added to each pod's request.
+- apiGroups: ["node.k8s.io"]
+  resources: ["runtimeclasses"]
+  verbs: ["get", "list", "watch"]
+# The PodGroups it owns, for both backends: watched, created and updated with server-side apply
+# (an apply that creates needs create as well as patch), deleted with a UID precondition.
+- apiGroups: ["scheduling.x-k8s.io", "scheduling.volcano.sh"]
+  resources: ["podgroups"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# Events on the jobs. kube-rs publishes events.k8s.io/v1 Events; the core group is granted too
+# so that a client writing core/v1 Events is not refused.
+- apiGroups: ["events.k8s.io", ""]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end }}
+
+{{/* The leader-election permissions, in the release namespace only. */}}
+{{- define "podgroup-sync.leaseRules" -}}
+# A Lease cannot be named at creation, so create is granted without resourceNames.
+- apiGroups: ["coordination.k8s.io"]
+  resources: ["leases"]
+  verbs: ["create"]
+- apiGroups: ["coordination.k8s.io"]
+  resources: ["leases"]
+  resourceNames: [{{ include "podgroup-sync.leaseName" . | quote }}]
+  verbs: ["get", "update"]
+{{- end }}

@@ -1,0 +1,240 @@
+#!/usr/bin/env bash
+# Builds (once) the components of the end-to-end tier from the Go module proxy, and copies the
+# upstream manifests they need from their Go modules. Idempotent; everything is cached outside
+# the repo, one directory per component, version and Go version:
+#   $PGS_CACHE/bin/<component>-<version>-<goversion>/
+# Each directory holds the binaries (and, for kwok and volcano, the upstream YAML the tests
+# apply); it counts as built only when its `.done` marker (written after a complete build) and every
+# binary are there.
+#
+# usage: get-e2e-binaries.sh [COMPONENT...]
+#   COMPONENT: kwok scheduler-plugins volcano training-operator mpi-operator (default: all, in
+#   that order). Builds run one after another (the machines have 2 cores).
+#
+# stdout: NAME=path lines, one per artefact:
+#   KWOK KWOK_STAGES KWOK_STAGE_CRD SCHEDULER_PLUGINS SCHEDULER_PLUGINS_CONTROLLER
+#   SCHEDULER_PLUGINS_CRDS VOLCANO_SCHEDULER VOLCANO_CONTROLLER_MANAGER VOLCANO_CRDS TRAINING_OPERATOR MPI_OPERATOR
+# stderr: progress, with the wall time of each build that had to run.
+# environment: PGS_CACHE (default ~/.cache/podgroup-sync) and the *_VERSION variables below.
+set -euo pipefail
+
+KWOK_VERSION=${KWOK_VERSION:-0.8.0}
+SCHEDULER_PLUGINS_VERSION=${SCHEDULER_PLUGINS_VERSION:-0.34.7}
+VOLCANO_VERSION=${VOLCANO_VERSION:-1.15.1}  # the proxy refuses 1.13.x and 1.14.x
+TRAINING_OPERATOR_VERSION=${TRAINING_OPERATOR_VERSION:-1.9.4}
+MPI_OPERATOR_VERSION=${MPI_OPERATOR_VERSION:-0.8.0}
+
+export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
+PGS_CACHE=${PGS_CACHE:-$HOME/.cache/podgroup-sync}
+GOV=$(go env GOVERSION)
+mkdir -p "$PGS_CACHE/bin" "$PGS_CACHE/src"
+
+log() { echo "[get-e2e-binaries $(date +%H:%M:%S)] $*" >&2; }
+
+# One run at a time per cache. A lock of its own, so a long e2e build never blocks the
+# control-plane tests' get-binaries.sh.
+exec 9>>"$PGS_CACHE/.get-e2e-binaries.lock"
+if ! flock -n 9; then
+  log "waiting for another get-e2e-binaries.sh run to finish"
+  flock 9
+fi
+
+# modjson MODULE@VERSION FIELD: downloads a module (zip only) and prints one field of its JSON.
+modjson() {
+  local out
+  out=$(cd /tmp && GOFLAGS='' go mod download -json "$1") || {
+    echo "$out" >&2; log "the Go module proxy does not serve $1"; return 1; }
+  python3 -c "import json,sys; print(json.load(sys.stdin)['$2'])" <<<"$out"
+}
+
+# replace_flags GOMOD LOCALVERSION: `go mod edit` flags copying GOMOD's replace directives; a
+# local-path replace (a nested module of the same repository) becomes that module at LOCALVERSION.
+replace_flags() {
+  go mod edit -json "$1" | python3 -c '
+import json, sys
+local = sys.argv[1]
+for r in json.load(sys.stdin).get("Replace") or []:
+    o, n = r["Old"], r["New"]
+    old = o["Path"] + ("@" + o["Version"] if o.get("Version") else "")
+    if n.get("Version"):
+        print("-replace=%s=%s@%s" % (old, n["Path"], n["Version"]))
+    else:
+        print("-replace=%s=%s@%s" % (old, o["Path"], local))
+' "$2"
+}
+
+# k8s_ldflags K8S_VERSION: the version variables kube-scheduler-based binaries derive their
+# compatibility/emulation version from (a plain build reports v0.0.0-master).
+k8s_ldflags() {
+  local minor=${1#1.}; minor=${minor%%.*}
+  local V=k8s.io/component-base/version C=k8s.io/client-go/pkg/version
+  echo "-s -w -X $V.gitVersion=v$1 -X $V.gitMajor=1 -X $V.gitMinor=$minor -X $V.gitTreeState=clean" \
+       "-X $V.buildDate=1970-01-01T00:00:00Z -X $C.gitVersion=v$1 -X $C.gitMajor=1 -X $C.gitMinor=$minor"
+}
+
+# module_k8s_version GOMOD: the k8s.io/kubernetes version a module's replace (or require) pins.
+module_k8s_version() {
+  go mod edit -json "$1" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+for r in d.get("Replace") or []:
+    if r["Old"]["Path"] == "k8s.io/kubernetes" and r["New"].get("Version"):
+        print(r["New"]["Version"].lstrip("v")); sys.exit()
+for r in d.get("Require") or []:
+    if r["Path"] == "k8s.io/kubernetes":
+        print(r["Version"].lstrip("v")); sys.exit()
+sys.exit("no k8s.io/kubernetes in " + sys.argv[1])
+' "$1"
+}
+
+# built DIR BINARY...: DIR holds a complete build (its marker and every binary).
+built() {
+  local dir=$1 b; shift
+  [ -f "$dir/.done" ] || return 1
+  for b in "$@"; do [ -x "$dir/$b" ] || return 1; done
+}
+
+T_BUILD=0
+begin() { T_BUILD=$SECONDS; log "building $1 (cold: several minutes on 2 cores)"; }
+finish() {  # finish DIR NAME: mark DIR complete and record the build's wall time
+  local s=$(( SECONDS - T_BUILD ))
+  echo "$s" > "$1/.build-seconds"
+  touch "$1/.done"
+  log "built $2 in ${s}s"
+}
+
+# go_install DIR MODULE VERSION PKG: for modules without replace directives.
+go_install() {
+  local dir=$1 mod=$2 ver=$3 pkg=$4
+  rm -rf "$dir/.gobin"; mkdir -p "$dir/.gobin"
+  ( cd /tmp && GOFLAGS='' GOBIN="$dir/.gobin" go install -trimpath -ldflags "-s -w" "$pkg@v$ver" )
+  mv "$dir"/.gobin/* "$dir/"; rmdir "$dir/.gobin"
+}
+
+# wrapper_build DIR NAME MODULE VERSION LOCALVERSION LDFLAGS PKG...: a throw-away module that
+# requires MODULE, repeats its go/godebug lines and replace directives, and builds PKG...
+wrapper_build() {
+  local dir=$1 name=$2 mod=$3 ver=$4 localver=$5 ldflags=$6; shift 6
+  local gomod; gomod=$(modjson "$mod@v$ver" GoMod)
+  local w=$PGS_CACHE/src/$name-v$ver
+  rm -rf "$w"; mkdir -p "$w"
+  ( cd "$w"
+    { echo "module local/$name-testbin"; grep -E '^(go|godebug) ' "$gomod"; } > go.mod
+    go mod edit -require="$mod@v$ver"
+    replace_flags "$gomod" "$localver" | xargs go mod edit
+    local p; for p in "$@"; do go mod edit -tool="$p"; done
+    log "$name: go mod tidy"
+    go mod tidy
+    log "$name: go build $*"
+    rm -rf "$dir/.build"; mkdir -p "$dir/.build"
+    go build -trimpath -ldflags "$ldflags" -o "$dir/.build/" "$@"
+    mv "$dir"/.build/* "$dir/"; rmdir "$dir/.build"
+  )
+}
+
+build_kwok() {
+  local dir=$PGS_CACHE/bin/kwok-v$KWOK_VERSION-$GOV
+  if ! built "$dir" kwok; then
+    begin "kwok v$KWOK_VERSION"
+    rm -rf "$dir"; mkdir -p "$dir/stages"
+    go_install "$dir" sigs.k8s.io/kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok
+    local src; src=$(modjson "sigs.k8s.io/kwok@v$KWOK_VERSION" Dir)
+    cp "$src/kustomize/crd/bases/kwok.x-k8s.io_stages.yaml" "$dir/"
+    cp "$src"/kustomize/stage/node/fast/node-initialize.yaml \
+       "$src"/kustomize/stage/pod/fast/pod-ready.yaml \
+       "$src"/kustomize/stage/pod/fast/pod-complete.yaml \
+       "$src"/kustomize/stage/pod/fast/pod-delete.yaml "$dir/stages/"
+    chmod -R u+w "$dir"
+    finish "$dir" kwok
+  fi
+  echo "KWOK=$dir/kwok"
+  echo "KWOK_STAGES=$dir/stages"
+  echo "KWOK_STAGE_CRD=$dir/kwok.x-k8s.io_stages.yaml"
+}
+
+build_scheduler_plugins() {
+  local v=$SCHEDULER_PLUGINS_VERSION
+  local dir=$PGS_CACHE/bin/scheduler-plugins-v$v-$GOV
+  if ! built "$dir" scheduler controller; then
+    begin "scheduler-plugins v$v (scheduler + controller)"
+    rm -rf "$dir"; mkdir -p "$dir/crds"
+    local gomod src k8s
+    gomod=$(modjson "sigs.k8s.io/scheduler-plugins@v$v" GoMod)
+    src=$(modjson "sigs.k8s.io/scheduler-plugins@v$v" Dir)
+    k8s=$(module_k8s_version "$gomod")
+    # The binary's version must be the Kubernetes one it links: kube-scheduler derives its
+    # compatibility version from it (the scheduler-plugins release tag would read as "0.34").
+    wrapper_build "$dir" scheduler-plugins sigs.k8s.io/scheduler-plugins "$v" unused \
+      "$(k8s_ldflags "$k8s")" \
+      sigs.k8s.io/scheduler-plugins/cmd/scheduler sigs.k8s.io/scheduler-plugins/cmd/controller
+    # manifests/crds/ holds symlinks, which module zips leave out.
+    cp "$src/manifests/coscheduling/crd.yaml" "$dir/crds/scheduling.x-k8s.io_podgroups.yaml"
+    cp "$src/manifests/capacityscheduling/crd.yaml" "$dir/crds/scheduling.x-k8s.io_elasticquotas.yaml"
+    chmod -R u+w "$dir"
+    finish "$dir" scheduler-plugins
+  fi
+  echo "SCHEDULER_PLUGINS=$dir/scheduler"
+  echo "SCHEDULER_PLUGINS_CONTROLLER=$dir/controller"
+  echo "SCHEDULER_PLUGINS_CRDS=$dir/crds"
+}
+
+build_volcano() {
+  local v=$VOLCANO_VERSION
+  local dir=$PGS_CACHE/bin/volcano-v$v-$GOV
+  if ! built "$dir" scheduler controller-manager; then
+    begin "volcano v$v (scheduler + controller-manager)"
+    rm -rf "$dir"; mkdir -p "$dir/crds"
+    local gomod src k8s
+    gomod=$(modjson "volcano.sh/volcano@v$v" GoMod)
+    src=$(modjson "volcano.sh/volcano@v$v" Dir)
+    k8s=$(module_k8s_version "$gomod")
+    # volcano.sh/apis => ./staging/src/volcano.sh/apis (a nested module, not in the zip) becomes
+    # the published volcano.sh/apis at the same tag.
+    wrapper_build "$dir" volcano volcano.sh/volcano "$v" "v$v" \
+      "$(k8s_ldflags "$k8s") -X volcano.sh/volcano/pkg/version.Version=v$v" \
+      volcano.sh/volcano/cmd/scheduler volcano.sh/volcano/cmd/controller-manager
+    cp "$src"/config/crd/volcano/bases/*.yaml "$dir/crds/"
+    chmod -R u+w "$dir"
+    finish "$dir" volcano
+  fi
+  echo "VOLCANO_SCHEDULER=$dir/scheduler"
+  echo "VOLCANO_CONTROLLER_MANAGER=$dir/controller-manager"
+  echo "VOLCANO_CRDS=$dir/crds"
+}
+
+build_training_operator() {
+  local v=$TRAINING_OPERATOR_VERSION
+  local dir=$PGS_CACHE/bin/training-operator-v$v-$GOV
+  if ! built "$dir" training-operator.v1; then
+    begin "training-operator v$v"
+    rm -rf "$dir"; mkdir -p "$dir"
+    go_install "$dir" github.com/kubeflow/training-operator "$v" \
+      github.com/kubeflow/training-operator/cmd/training-operator.v1
+    finish "$dir" training-operator
+  fi
+  echo "TRAINING_OPERATOR=$dir/training-operator.v1"
+}
+
+build_mpi_operator() {
+  local v=$MPI_OPERATOR_VERSION
+  local dir=$PGS_CACHE/bin/mpi-operator-v$v-$GOV
+  if ! built "$dir" mpi-operator; then
+    begin "mpi-operator v$v"
+    rm -rf "$dir"; mkdir -p "$dir"
+    go_install "$dir" github.com/kubeflow/mpi-operator "$v" github.com/kubeflow/mpi-operator/cmd/mpi-operator
+    finish "$dir" mpi-operator
+  fi
+  echo "MPI_OPERATOR=$dir/mpi-operator"
+}
+
+[ $# -gt 0 ] || set -- kwok scheduler-plugins volcano training-operator mpi-operator
+for c in "$@"; do
+  case $c in
+    kwok) build_kwok ;;
+    scheduler-plugins) build_scheduler_plugins ;;
+    volcano) build_volcano ;;
+    training-operator) build_training_operator ;;
+    mpi-operator) build_mpi_operator ;;
+    *) echo "get-e2e-binaries.sh: unknown component $c" >&2; exit 2 ;;
+  esac
+done
