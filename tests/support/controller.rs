@@ -149,5 +149,5 @@ pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
                 .all(|(k, v)| rest.split(',').any(|kv| kv == format!("{k}=\"{v}\"")));
             ok.then(|| value.parse::<f64>().ok()).flatten()
         })
-        .sum()
+        .fold(0.0, |a, b| a + b)
 }

@@ -66,34 +66,37 @@ Each rule is what one part of the controller does, and nothing more; tests/chart
 them one at a time and checks that the controller reports the missing permission.
 */}}
 {{- define "podgroup-sync.clusterRules" -}}
-# The job kinds it watches (PyTorchJob, TFJob, MPIJob v1 or v2beta1). Read only: it never writes
-# a job or its status.
+# Read-only kinds are watched through list+watch caches and never fetched one by one, so "get"
+# is not granted.
+# The job kinds (PyTorchJob, TFJob, MPIJob v1 or v2beta1). It never writes a job or its status.
 - apiGroups: ["kubeflow.org"]
   resources: ["pytorchjobs", "tfjobs", "mpijobs"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["list", "watch"]
 # Namespaces carry the enablement and backend annotations.
 - apiGroups: [""]
   resources: ["namespaces"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["list", "watch"]
 # LimitRange defaults fill container requests the templates leave out (minResources).
 - apiGroups: [""]
   resources: ["limitranges"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["list", "watch"]
 # PriorityClasses order the replica types when minResources counts pods.
 - apiGroups: ["scheduling.k8s.io"]
   resources: ["priorityclasses"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["list", "watch"]
 # RuntimeClass overhead is added to each pod's request.
 - apiGroups: ["node.k8s.io"]
   resources: ["runtimeclasses"]
-  verbs: ["get", "list", "watch"]
-# The PodGroups it owns, for both backends: watched, created and updated with server-side apply
-# (an apply that creates needs create as well as patch), deleted with a UID precondition.
+  verbs: ["list", "watch"]
+# The PodGroups it owns, for both backends: watched; fetched once on a cache miss before an
+# apply; created and updated with server-side apply (an apply that creates an object needs
+# create as well as patch); deleted with a UID precondition.
 - apiGroups: ["scheduling.x-k8s.io", "scheduling.volcano.sh"]
   resources: ["podgroups"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
-# Events on the jobs. kube-rs publishes events.k8s.io/v1 Events; the core group is granted too
-# so that a client writing core/v1 Events is not refused.
+# Events on the jobs: create, and patch to count a repeated Event (its series). kube-rs
+# publishes events.k8s.io/v1 Events; the core group is granted too, so that a client library
+# writing core/v1 Events is not refused.
 - apiGroups: ["events.k8s.io", ""]
   resources: ["events"]
   verbs: ["create", "patch"]

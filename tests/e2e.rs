@@ -1,0 +1,361 @@
+//! End to end: real operators create the pods, podgroup-sync creates the PodGroup, real
+//! schedulers place the gang all or nothing (issue 6). Components: the test control plane,
+//! kwok (simulated GPU nodes), the scheduler-plugins scheduler with Coscheduling plus its
+//! controller, the Volcano scheduler plus its queue and pod-group controllers, training-operator
+//! v1.9 (PyTorchJob, TFJob) and mpi-operator v0.8 (MPIJob v2beta1), both with gang scheduling off.
+//! See `tests/e2e/start.sh`.
+//!
+//! Each scenario runs for both backends, in its own namespace, on its own kwok nodes (pods are
+//! pinned by nodeSelector), and scenarios take turns: Volcano admits gangs against the capacity of
+//! the whole cluster, so concurrent scenarios would change each other's outcome.
+//!
+//! Run alone with `cargo test --test e2e` (one backend: `cargo test --test e2e volcano`).
+
+#[path = "e2e/harness.rs"]
+mod harness;
+mod support;
+
+use harness::{Link, Replicas, Scope, exclusive, is_bound, names_of, replicas, training_job};
+use serde_json::{Value, json};
+use support::jobs::{self, Backend, Kind, spec};
+
+fn tag(backend: Backend) -> &'static str {
+    match backend {
+        Backend::SchedulerPlugins => "sp",
+        Backend::Volcano => "vc",
+    }
+}
+
+/// The Event podgroup-sync reports for a gang the scheduler holds back: scheduler-plugins has
+/// only a phase (Pending/Scheduling for longer than --gang-wait-warning-seconds), Volcano
+/// writes an Unschedulable condition.
+fn waiting_reason(backend: Backend) -> &'static str {
+    match backend {
+        Backend::SchedulerPlugins => "GangWaiting",
+        Backend::Volcano => "GangUnschedulable",
+    }
+}
+
+fn pg_phase(pg: &kube::api::DynamicObject) -> Option<&str> {
+    pg.data.pointer("/status/phase").and_then(Value::as_str)
+}
+
+fn pytorch(link: Link, name: &str, pool: &str, master: Replicas, workers: Replicas) -> Value {
+    training_job(
+        Kind::PyTorchJob,
+        link,
+        name,
+        pool,
+        &[master, workers],
+        json!({}),
+    )
+}
+
+macro_rules! for_each_backend {
+    ($($scenario:ident),* $(,)?) => {$(
+        mod $scenario {
+            #[tokio::test]
+            async fn scheduler_plugins() {
+                super::$scenario(super::Backend::SchedulerPlugins).await
+            }
+            #[tokio::test]
+            async fn volcano() {
+                super::$scenario(super::Backend::Volcano).await
+            }
+        }
+    )*};
+}
+
+for_each_backend!(
+    a_gang_waits_whole_for_capacity_then_binds_whole,
+    b_without_our_pod_group_there_is_no_gang,
+    c_mpijob_wait_for_workers_ready_runs_to_completion,
+    d_tfjob_ps_worker_evaluator_are_one_gang,
+    e_competing_jobs_one_runs_whole_the_other_waits_whole,
+    f_a_finished_job_loses_its_pod_group,
+);
+
+/// (a) 1 master + 3 workers, 1 GPU each, on nodes with 3 GPUs: no pod binds and podgroup-sync
+/// reports the waiting gang; one more GPU node: all 4 bind.
+async fn a_gang_waits_whole_for_capacity_then_binds_whole(backend: Backend) {
+    let _turn = exclusive().await;
+    let mut s = Scope::new(&format!("e2e-a-{}", tag(backend)), true).await;
+    for _ in 0..3 {
+        s.add_node(1).await;
+    }
+    let ns = s.ns.clone();
+    let job = format!("pt-{}", s.id);
+    let manifest = pytorch(
+        Link::Gang(backend),
+        &job,
+        s.pool(),
+        replicas("Master", 1, 1),
+        replicas("Worker", 3, 1),
+    );
+    s.create(&ns, Kind::PyTorchJob, &manifest).await;
+
+    let pg = s
+        .wait_pg(&ns, backend, &job, "minMember 4", |pg| {
+            spec(pg)["minMember"] == 4
+        })
+        .await;
+    assert_eq!(spec(&pg)["minResources"][harness::GPU], "4", "{}", s.diagnostics());
+
+    let note = s.wait_event(&ns, &job, waiting_reason(backend)).await;
+    s.wait_all_refused(&ns, &job, 4).await;
+    let pods = s.pods(&ns, &job).await;
+    assert!(
+        pods.iter().all(|p| !is_bound(p)),
+        "with 3 GPUs for a gang of 4 no pod may bind: {:?}\n{}",
+        names_of(&pods),
+        s.diagnostics()
+    );
+    eprintln!("[{ns}] gang of 4 waits on 3 GPUs; {}: {note}", waiting_reason(backend));
+
+    s.add_node(1).await;
+    let pods = s.wait_all_running(&ns, &job, 4).await;
+    eprintln!("[{ns}] after a 4th GPU node: {:?}", names_of(&pods));
+    s.wait_pg(&ns, backend, &job, "phase Running", |pg| {
+        pg_phase(pg) == Some("Running")
+    })
+    .await;
+    s.cleanup().await;
+}
+
+/// (b) The same job in a namespace that is not enabled gets no PodGroup. Its pods still carry
+/// the pod link, and both schedulers hold linked pods without a PodGroup forever (no pod binds
+/// even with room for all of them: SPEC §2's warning). The job without the link (the backend's
+/// scheduler, no gang) binds 3 of its 4 pods on 3 GPUs: the all-or-nothing of (a) comes from
+/// our PodGroup.
+async fn b_without_our_pod_group_there_is_no_gang(backend: Backend) {
+    let _turn = exclusive().await;
+    let mut s = Scope::new(&format!("e2e-b-{}", tag(backend)), false).await;
+    let ns = s.ns.clone();
+    let linked_pool = format!("{ns}-l");
+    for _ in 0..4 {
+        s.add_node_to(&linked_pool, 1).await;
+    }
+    for _ in 0..3 {
+        s.add_node(1).await;
+    }
+
+    // The linked job first, on a pool with room for the whole gang.
+    let linked = format!("linked-{}", s.id);
+    let manifest = pytorch(
+        Link::Gang(backend),
+        &linked,
+        &linked_pool,
+        replicas("Master", 1, 1),
+        replicas("Worker", 3, 1),
+    );
+    s.create(&ns, Kind::PyTorchJob, &manifest).await;
+    let plain = format!("plain-{}", s.id);
+    let manifest = pytorch(
+        Link::Plain(backend),
+        &plain,
+        s.pool(),
+        replicas("Master", 1, 1),
+        replicas("Worker", 3, 1),
+    );
+    s.create(&ns, Kind::PyTorchJob, &manifest).await;
+
+    // Without a gang: 3 pods run, the 4th is refused for want of a GPU.
+    let what = format!("3 of the 4 pods of {ns}/{plain} Running, the 4th refused");
+    let pods = s
+        .env
+        .wait(&ns, &what, harness::SLOW, || async {
+            let pods = s.pods(&ns, &plain).await;
+            let running = pods.iter().filter(|p| harness::is_running(p)).count();
+            let refused = pods.iter().filter(|p| harness::is_refused(p)).count();
+            (pods.len() == 4 && running == 3 && refused == 1).then_some(pods)
+        })
+        .await;
+    eprintln!("[{ns}] no link, no gang: {:?}", names_of(&pods));
+
+    // The linked job, created first, with a GPU for each of its pods: nothing bound.
+    if backend == Backend::SchedulerPlugins {
+        // kube-scheduler reports its Permit refusal ("PodGroup not found") on each pod; Volcano
+        // does not look at pods whose PodGroup does not exist at all.
+        s.wait_all_refused(&ns, &linked, 4).await;
+    }
+    let pods = s.pods(&ns, &linked).await;
+    assert_eq!(pods.len(), 4, "{}", s.diagnostics());
+    assert!(
+        pods.iter().all(|p| !is_bound(p)),
+        "linked pods without a PodGroup must not bind: {:?}\n{}",
+        names_of(&pods),
+        s.diagnostics()
+    );
+    for job in [&linked, &plain] {
+        assert!(
+            jobs::get_pg(&s.client, &ns, backend, job).await.is_none(),
+            "podgroup-sync must not create a PodGroup in a namespace that is not enabled\n{}",
+            s.diagnostics()
+        );
+    }
+    s.cleanup().await;
+}
+
+/// (c) MPIJob v2beta1 with launcherCreationPolicy WaitForWorkersReady: the launcher is left out
+/// of the gang (it only appears once the workers run), so the workers bind, the launcher follows
+/// and the job completes; then its PodGroup is deleted.
+async fn c_mpijob_wait_for_workers_ready_runs_to_completion(backend: Backend) {
+    let _turn = exclusive().await;
+    let mut s = Scope::new(&format!("e2e-c-{}", tag(backend)), true).await;
+    for _ in 0..2 {
+        s.add_node(1).await;
+    }
+    let ns = s.ns.clone();
+    let job = format!("mpi-{}", s.id);
+    let manifest = training_job(
+        Kind::MPIJob,
+        Link::Gang(backend),
+        &job,
+        s.pool(),
+        &[replicas("Launcher", 1, 0), replicas("Worker", 2, 1)],
+        json!({
+            "launcherCreationPolicy": "WaitForWorkersReady",
+            "slotsPerWorker": 1,
+            "runPolicy": {"cleanPodPolicy": "Running"},
+        }),
+    );
+    s.create(&ns, Kind::MPIJob, &manifest).await;
+
+    let pg = s
+        .wait_pg(&ns, backend, &job, "created", |_| true)
+        .await;
+    assert_eq!(spec(&pg)["minMember"], 2, "launcher left out\n{}", s.diagnostics());
+    assert_eq!(spec(&pg)["minResources"][harness::GPU], "2", "{}", s.diagnostics());
+
+    s.wait_job_condition(&ns, Kind::MPIJob, &job, "Succeeded").await;
+    eprintln!("[{ns}] MPIJob {job} Succeeded");
+    s.wait_pg_gone(&ns, backend, &job, "MPIJob Succeeded").await;
+    s.cleanup().await;
+}
+
+/// (d) TFJob with PS (no GPU), 2 Workers and an Evaluator (1 GPU each): the Evaluator is part of
+/// the gang, so on 2 GPUs nothing binds (a gang without it would run PS + Workers); one more GPU
+/// and all 4 run.
+async fn d_tfjob_ps_worker_evaluator_are_one_gang(backend: Backend) {
+    let _turn = exclusive().await;
+    let mut s = Scope::new(&format!("e2e-d-{}", tag(backend)), true).await;
+    for _ in 0..2 {
+        s.add_node(1).await;
+    }
+    let ns = s.ns.clone();
+    let job = format!("tf-{}", s.id);
+    let manifest = training_job(
+        Kind::TFJob,
+        Link::Gang(backend),
+        &job,
+        s.pool(),
+        &[
+            replicas("PS", 1, 0),
+            replicas("Worker", 2, 1),
+            replicas("Evaluator", 1, 1),
+        ],
+        json!({}),
+    );
+    s.create(&ns, Kind::TFJob, &manifest).await;
+
+    let pg = s
+        .wait_pg(&ns, backend, &job, "minMember 4", |pg| {
+            spec(pg)["minMember"] == 4
+        })
+        .await;
+    assert_eq!(spec(&pg)["minResources"][harness::GPU], "3", "{}", s.diagnostics());
+    s.wait_event(&ns, &job, waiting_reason(backend)).await;
+    s.wait_all_refused(&ns, &job, 4).await;
+    let pods = s.pods(&ns, &job).await;
+    assert!(
+        pods.iter().all(|p| !is_bound(p)),
+        "with 2 GPUs for a gang needing 3 no pod may bind: {:?}\n{}",
+        names_of(&pods),
+        s.diagnostics()
+    );
+
+    s.add_node(1).await;
+    let pods = s.wait_all_running(&ns, &job, 4).await;
+    eprintln!("[{ns}] TFJob gang: {:?}", names_of(&pods));
+    s.cleanup().await;
+}
+
+/// (e) Two gangs of 4 GPUs on 4 GPUs: one runs whole, the other waits whole (no deadlock of two
+/// half-placed jobs); once the first is deleted the second runs whole.
+async fn e_competing_jobs_one_runs_whole_the_other_waits_whole(backend: Backend) {
+    let _turn = exclusive().await;
+    let mut s = Scope::new(&format!("e2e-e-{}", tag(backend)), true).await;
+    for _ in 0..2 {
+        s.add_node(2).await;
+    }
+    let ns = s.ns.clone();
+    let names = [format!("one-{}", s.id), format!("two-{}", s.id)];
+    for job in &names {
+        let manifest = pytorch(
+            Link::Gang(backend),
+            job,
+            s.pool(),
+            replicas("Master", 1, 1),
+            replicas("Worker", 3, 1),
+        );
+        s.create(&ns, Kind::PyTorchJob, &manifest).await;
+    }
+
+    let what = "one job with 4 pods Running, the other with 4 pods all refused";
+    let (winner, loser) = s
+        .env
+        .wait(&ns, what, harness::SLOW, || async {
+            let a = s.pods(&ns, &names[0]).await;
+            let b = s.pods(&ns, &names[1]).await;
+            let whole = |p: &Vec<_>| p.len() == 4 && p.iter().all(harness::is_running);
+            let waiting = |p: &Vec<_>| p.len() == 4 && p.iter().all(harness::is_refused);
+            if whole(&a) && waiting(&b) {
+                Some((names[0].clone(), names[1].clone()))
+            } else if whole(&b) && waiting(&a) {
+                Some((names[1].clone(), names[0].clone()))
+            } else {
+                None
+            }
+        })
+        .await;
+    eprintln!("[{ns}] {winner} runs whole, {loser} waits whole");
+    s.wait_event(&ns, &loser, waiting_reason(backend)).await;
+
+    jobs::delete(&s.client, &ns, &Kind::PyTorchJob.ar(), &winner).await;
+    let pods = s.wait_all_running(&ns, &loser, 4).await;
+    eprintln!("[{ns}] {winner} deleted; {loser} runs whole: {:?}", names_of(&pods));
+    s.cleanup().await;
+}
+
+/// (f) A job whose master exits 0 succeeds, and podgroup-sync deletes its PodGroup (the job
+/// itself stays).
+async fn f_a_finished_job_loses_its_pod_group(backend: Backend) {
+    let _turn = exclusive().await;
+    let mut s = Scope::new(&format!("e2e-f-{}", tag(backend)), true).await;
+    for _ in 0..2 {
+        s.add_node(1).await;
+    }
+    let ns = s.ns.clone();
+    let job = format!("done-{}", s.id);
+    let mut master = replicas("Master", 1, 1);
+    master.succeed = true;
+    let manifest = pytorch(
+        Link::Gang(backend),
+        &job,
+        s.pool(),
+        master,
+        replicas("Worker", 1, 1),
+    );
+    s.create(&ns, Kind::PyTorchJob, &manifest).await;
+
+    s.wait_pg(&ns, backend, &job, "created", |_| true).await;
+    s.wait_job_condition(&ns, Kind::PyTorchJob, &job, "Succeeded")
+        .await;
+    s.wait_pg_gone(&ns, backend, &job, "PyTorchJob Succeeded").await;
+    let still = jobs::api(&s.client, &ns, &Kind::PyTorchJob.ar())
+        .get_opt(&job)
+        .await
+        .expect("get job");
+    assert!(still.is_some(), "the finished job itself must stay");
+    s.cleanup().await;
+}

@@ -1,0 +1,638 @@
+//! The end-to-end environment: the test control plane (`support::cluster`), the components
+//! started by `tests/e2e/start.sh` (kwok, both schedulers, the Kubeflow operators), and one
+//! podgroup-sync process; plus kwok node pools, training-job manifests and pod observations.
+//!
+//! Everything is started once per test binary and tethered to it. Set `PGS_E2E_DIR` to the work
+//! directory of a running `tests/e2e/start.sh` (together with `PGS_KUBECONFIG`) to reuse its
+//! components instead.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+use crate::support::controller::{self, Controller};
+use crate::support::jobs::{self, Backend, Kind};
+use crate::support::{self, Cluster};
+
+/// Namespace annotation that enables podgroup-sync.
+pub const ENABLED: (&str, &str) = ("podgroup-sync.io/enabled", "true");
+/// Node label that ties a test's pods (via nodeSelector) to the test's own kwok nodes.
+pub const POOL_LABEL: &str = "e2e.podgroup-sync.io/pool";
+/// Pod template label linking a pod to its job for these tests (the operators copy it).
+pub const JOB_LABEL: &str = "e2e.podgroup-sync.io/job";
+/// Pods with this label set to "true" are made to exit 0 by the kwok stage in start.sh.
+pub const SUCCEED_LABEL: &str = "e2e.podgroup-sync.io/succeed";
+pub const GPU: &str = "nvidia.com/gpu";
+
+/// How long a test waits for schedulers, operators and podgroup-sync to act (2 busy cores).
+pub const SLOW: Duration = Duration::from_secs(240);
+
+/// The running environment.
+pub struct Env {
+    pub cluster: &'static Cluster,
+    /// start.sh's work directory (logs).
+    pub dir: PathBuf,
+    pub controller: Mutex<Controller>,
+}
+
+static ENV: OnceLock<Result<Env, String>> = OnceLock::new();
+
+/// Scenarios need exclusive use of the schedulers' view of GPU capacity (Volcano admits gangs
+/// against the whole cluster), so they run one at a time.
+static EXCLUSIVE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The shared environment, started on first use (blocks while components start or build).
+/// Panics when it cannot start: these tests fail, they never skip.
+pub async fn env() -> &'static Env {
+    let cluster = support::cluster().await;
+    match ENV.get_or_init(|| init(cluster)) {
+        Ok(env) => env,
+        Err(message) => panic!("{message}"),
+    }
+}
+
+/// Waits for the right to use GPU capacity alone.
+pub async fn exclusive() -> tokio::sync::MutexGuard<'static, ()> {
+    EXCLUSIVE.lock().await
+}
+
+fn init(cluster: &'static Cluster) -> Result<Env, String> {
+    let dir = match std::env::var_os("PGS_E2E_DIR").filter(|v| !v.is_empty()) {
+        Some(dir) => {
+            let dir = PathBuf::from(dir);
+            if !dir.join("env").is_file() {
+                return Err(format!(
+                    "PGS_E2E_DIR={}: no env file (is tests/e2e/start.sh running there?)",
+                    dir.display()
+                ));
+            }
+            dir
+        }
+        None => start_components(cluster)?,
+    };
+    let controller = std::panic::catch_unwind(|| {
+        controller::start(cluster, None, &["--gang-wait-warning-seconds", "3"])
+    })
+    .map_err(|e| {
+        let msg = e
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        format!("podgroup-sync could not start: {msg}")
+    })?;
+    Ok(Env {
+        cluster,
+        dir,
+        controller: Mutex::new(controller),
+    })
+}
+
+fn start_components(cluster: &Cluster) -> Result<PathBuf, String> {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let base = cluster.work_dir.clone().unwrap_or_else(std::env::temp_dir);
+    let dir = base.join(format!("e2e-{}-{nanos}", std::process::id()));
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/e2e/start.sh");
+    let fail = |what: String, tail: &str| {
+        format!(
+            "the e2e components could not start: {what}\nwork dir (logs): {}\n\
+             (e2e tests fail rather than skip{})\n----- last lines of start.sh's stderr -----\n{tail}",
+            dir.display(),
+            if std::env::var_os("CI").is_some() {
+                ", and CI is set"
+            } else {
+                ""
+            }
+        )
+    };
+    let mut child = Command::new(&script)
+        .arg(&dir)
+        .arg("--kubeconfig")
+        .arg(&cluster.kubeconfig)
+        .arg("--owner-pid")
+        .arg(std::process::id().to_string())
+        .env("PGS_BIN_DIR", &cluster.bin_dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| fail(format!("cannot run {}: {e}", script.display()), ""))?;
+    // Progress to the real stderr (cold builds take many minutes); keep a tail for the panic.
+    let stderr = child.stderr.take().expect("piped stderr");
+    let forwarder = std::thread::spawn(move || {
+        let mut tail: Vec<String> = Vec::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = writeln!(std::io::stderr(), "{line}");
+            tail.push(line);
+            if tail.len() > 80 {
+                tail.remove(0);
+            }
+        }
+        tail.join("\n")
+    });
+    let out = child
+        .wait_with_output()
+        .map_err(|e| fail(format!("waiting for {}: {e}", script.display()), ""))?;
+    let tail = forwarder.join().unwrap_or_default();
+    if !out.status.success() {
+        return Err(fail(
+            format!("{} exited with {}", script.display(), out.status),
+            &tail,
+        ));
+    }
+    Ok(dir)
+}
+
+impl Env {
+    pub async fn client(&self) -> Client {
+        self.cluster.client().await
+    }
+
+    /// What a failing test prints: the namespace's objects and the components' log tails.
+    pub fn diagnostics(&self, ns: &str) -> String {
+        let mut s = String::new();
+        for args in [
+            vec!["get", "nodes", "-o", "wide", "--show-labels"],
+            vec!["-n", ns, "get", "pods", "-o", "wide"],
+            vec![
+                "-n",
+                ns,
+                "get",
+                "pods",
+                "-o",
+                "custom-columns=NAME:.metadata.name,NODE:.spec.nodeName,PHASE:.status.phase,SCHEDULED:.status.conditions[?(@.type=='PodScheduled')].message",
+            ],
+            vec![
+                "-n",
+                ns,
+                "get",
+                "podgroups.scheduling.x-k8s.io,podgroups.scheduling.volcano.sh",
+                "-o",
+                "yaml",
+            ],
+            vec!["-n", ns, "get", "events", "--sort-by=.lastTimestamp"],
+        ] {
+            let out = self.cluster.kubectl(&args);
+            s += &format!(
+                "\n$ kubectl {}\n{}{}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        for log in [
+            "sp-scheduler",
+            "vc-scheduler",
+            "training-operator",
+            "mpi-operator",
+        ] {
+            let text = std::fs::read_to_string(self.dir.join(format!("{log}.log")))
+                .unwrap_or_default();
+            let lines: Vec<&str> = text.lines().filter(|l| l.contains(ns)).collect();
+            s += &format!(
+                "\n----- {log}.log, last lines naming {ns} -----\n{}",
+                lines[lines.len().saturating_sub(15)..].join("\n")
+            );
+        }
+        let tail = self
+            .controller
+            .lock()
+            .map(|c| c.log_tail())
+            .unwrap_or_default();
+        s + &format!("\n----- podgroup-sync log tail -----\n{tail}\n(logs: {})", self.dir.display())
+    }
+
+    /// Polls `check` every 500 ms until it returns `Some`; on timeout panics with `what` and the
+    /// namespace's diagnostics.
+    pub async fn wait<T, F, Fut>(&self, ns: &str, what: &str, timeout: Duration, mut check: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Option<T>>,
+    {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Ok(Some(v)) = tokio::time::timeout_at(deadline, check()).await {
+                return v;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                panic!(
+                    "timed out after {timeout:?} waiting for: {what}\n{}",
+                    self.diagnostics(ns)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+}
+
+/// A test's namespace and its own kwok nodes (labelled `POOL_LABEL=<namespace>`).
+pub struct Scope {
+    pub env: &'static Env,
+    pub client: Client,
+    pub ns: String,
+    /// Short unique suffix for object names (the scheduler-plugins controller matches pods to
+    /// PodGroups by name across all namespaces, so names are kept unique cluster-wide).
+    pub id: String,
+    nodes: Vec<String>,
+    extra_namespaces: Vec<String>,
+    cleaned: bool,
+}
+
+impl Scope {
+    pub async fn new(prefix: &str, enabled: bool) -> Scope {
+        let env = env().await;
+        let client = env.client().await;
+        let annotations: &[(&str, &str)] = if enabled { &[ENABLED] } else { &[] };
+        let ns = support::test_namespace(&client, prefix, annotations).await;
+        let id = ns.rsplit('-').next().unwrap_or("x").to_string();
+        Scope {
+            env,
+            client,
+            ns,
+            id,
+            nodes: Vec::new(),
+            extra_namespaces: Vec::new(),
+            cleaned: false,
+        }
+    }
+
+    /// Another namespace in the same scope (cleaned up with it); pods there use the same pool.
+    pub async fn namespace(&mut self, prefix: &str, enabled: bool) -> String {
+        let annotations: &[(&str, &str)] = if enabled { &[ENABLED] } else { &[] };
+        let ns = support::test_namespace(&self.client, prefix, annotations).await;
+        self.extra_namespaces.push(ns.clone());
+        ns
+    }
+
+    /// The node pool's label value (the main namespace's name).
+    pub fn pool(&self) -> &str {
+        &self.ns
+    }
+
+    /// Adds a kwok node (4 cpu, 16Gi, `gpus` × nvidia.com/gpu) to this scope's pool and waits
+    /// until kwok reports it Ready.
+    pub async fn add_node(&mut self, gpus: u32) -> String {
+        let pool = self.ns.clone();
+        self.add_node_to(&pool, gpus).await
+    }
+
+    /// Like [`Scope::add_node`], for another pool of this scope (a label value such as
+    /// `<namespace>-b`).
+    pub async fn add_node_to(&mut self, pool: &str, gpus: u32) -> String {
+        let name = format!("{pool}-n{}", self.nodes.len() + 1);
+        let resources = json!({"cpu": "4", "memory": "16Gi", "pods": "110", GPU: gpus.to_string()});
+        let node: Node = serde_json::from_value(json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "annotations": {"kwok.x-k8s.io/node": "fake"},
+                "labels": {
+                    POOL_LABEL: pool,
+                    "type": "kwok",
+                    "kubernetes.io/hostname": name,
+                    "kubernetes.io/os": "linux",
+                    "kubernetes.io/arch": "amd64",
+                },
+            },
+            "status": {"capacity": resources, "allocatable": resources},
+        }))
+        .expect("node manifest");
+        let api: Api<Node> = Api::all(self.client.clone());
+        api.create(&PostParams::default(), &node)
+            .await
+            .unwrap_or_else(|e| panic!("create node {name}: {e}"));
+        self.nodes.push(name.clone());
+        let what = format!("kwok to make node {name} Ready");
+        self.env
+            .wait(&self.ns, &what, SLOW, || async {
+                let node = api.get_opt(&name).await.ok()??;
+                let ready = node.status?.conditions?.into_iter().any(|c| {
+                    c.type_ == "Ready" && c.status == "True"
+                });
+                ready.then_some(())
+            })
+            .await;
+        name
+    }
+
+    pub async fn create(&self, ns: &str, kind: Kind, manifest: &Value) -> DynamicObject {
+        jobs::create(&self.client, ns, kind, manifest).await
+    }
+
+    /// The pods of job `job` in `ns` (by the test's job label).
+    pub async fn pods(&self, ns: &str, job: &str) -> Vec<Pod> {
+        Api::<Pod>::namespaced(self.client.clone(), ns)
+            .list(&ListParams::default().labels(&format!("{JOB_LABEL}={job}")))
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+    }
+
+    /// Waits until job `job` has exactly `count` pods and every one of them is Running on a
+    /// node of this scope's pool; returns them.
+    pub async fn wait_all_running(&self, ns: &str, job: &str, count: usize) -> Vec<Pod> {
+        let what = format!("all {count} pods of {ns}/{job} Running on pool {}", self.pool());
+        self.env
+            .wait(ns, &what, SLOW, || async {
+                let pods = self.pods(ns, job).await;
+                (pods.len() == count && pods.iter().all(|p| is_running(p) && self.on_pool(p)))
+                    .then_some(pods)
+            })
+            .await
+    }
+
+    /// Waits until job `job` has `count` pods that the scheduler has tried and refused
+    /// (condition PodScheduled=False); returns them.
+    pub async fn wait_all_refused(&self, ns: &str, job: &str, count: usize) -> Vec<Pod> {
+        let what = format!("all {count} pods of {ns}/{job} refused by their scheduler (PodScheduled=False)");
+        self.env
+            .wait(ns, &what, SLOW, || async {
+                let pods = self.pods(ns, job).await;
+                (pods.len() == count && pods.iter().all(is_refused)).then_some(pods)
+            })
+            .await
+    }
+
+    fn on_pool(&self, pod: &Pod) -> bool {
+        pod.spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_ref())
+            .is_some_and(|n| self.nodes.contains(n))
+    }
+
+    /// Waits for an Event with `reason` on object `name` in `ns` (reported by podgroup-sync).
+    pub async fn wait_event(&self, ns: &str, name: &str, reason: &str) -> String {
+        let what = format!("Event {reason} on {ns}/{name}");
+        self.env
+            .wait(ns, &what, SLOW, || async {
+                let events = jobs::events(&self.client, ns, name, reason).await;
+                events.into_iter().next().map(|e| e.note.unwrap_or_default())
+            })
+            .await
+    }
+
+    pub async fn wait_pg(
+        &self,
+        ns: &str,
+        backend: Backend,
+        name: &str,
+        what: &str,
+        check: impl Fn(&DynamicObject) -> bool,
+    ) -> DynamicObject {
+        let what = format!("PodGroup {ns}/{name}: {what}");
+        self.env
+            .wait(ns, &what, SLOW, || async {
+                jobs::get_pg(&self.client, ns, backend, name)
+                    .await
+                    .filter(|pg| check(pg))
+            })
+            .await
+    }
+
+    pub async fn wait_pg_gone(&self, ns: &str, backend: Backend, name: &str, what: &str) {
+        let what = format!("PodGroup {ns}/{name} gone: {what}");
+        self.env
+            .wait(ns, &what, SLOW, || async {
+                jobs::get_pg(&self.client, ns, backend, name)
+                    .await
+                    .is_none()
+                    .then_some(())
+            })
+            .await
+    }
+
+    /// Waits until the job's status has condition `type_` = True.
+    pub async fn wait_job_condition(&self, ns: &str, kind: Kind, name: &str, type_: &str) {
+        let what = format!("{kind:?} {ns}/{name} condition {type_}=True");
+        let api = jobs::api(&self.client, ns, &kind.ar());
+        self.env
+            .wait(ns, &what, SLOW, || async {
+                let job = api.get_opt(name).await.ok()??;
+                let conditions = job.data.pointer("/status/conditions")?.as_array()?.clone();
+                conditions
+                    .iter()
+                    .any(|c| c["type"] == type_ && c["status"] == "True")
+                    .then_some(())
+            })
+            .await
+    }
+
+    pub fn diagnostics(&self) -> String {
+        let mut s = self.env.diagnostics(&self.ns);
+        for ns in &self.extra_namespaces {
+            s += &self.env.diagnostics(ns);
+        }
+        s
+    }
+
+    /// Deletes the namespaces, waits until their pods are gone (so nothing keeps reserving GPUs
+    /// or Volcano queue capacity for the next test), then deletes the pool's nodes.
+    pub async fn cleanup(mut self) {
+        let ns_api: Api<Namespace> = Api::all(self.client.clone());
+        let all: Vec<String> = std::iter::once(self.ns.clone())
+            .chain(self.extra_namespaces.iter().cloned())
+            .collect();
+        for ns in &all {
+            let _ = ns_api.delete(ns, &DeleteParams::background()).await;
+        }
+        for ns in &all {
+            let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+            let what = format!("the pods of deleted namespace {ns} to be gone");
+            self.env
+                .wait(ns, &what, SLOW, || async {
+                    pods.list(&ListParams::default())
+                        .await
+                        .ok()
+                        .filter(|l| l.items.is_empty())
+                        .map(|_| ())
+                })
+                .await;
+        }
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        for node in &self.nodes {
+            let _ = nodes.delete(node, &DeleteParams::background()).await;
+        }
+        self.cleaned = true;
+    }
+}
+
+impl Drop for Scope {
+    /// A test that failed before `cleanup` still releases what it holds (without waiting), so
+    /// that its gangs do not occupy Volcano queue capacity during the next test.
+    fn drop(&mut self) {
+        if self.cleaned {
+            return;
+        }
+        let mut args = vec!["delete", "namespace", "--wait=false", "--ignore-not-found"];
+        args.push(&self.ns);
+        args.extend(self.extra_namespaces.iter().map(String::as_str));
+        let _ = self.env.cluster.kubectl(&args);
+        if !self.nodes.is_empty() {
+            let mut args = vec!["delete", "node", "--wait=false", "--ignore-not-found"];
+            args.extend(self.nodes.iter().map(String::as_str));
+            let _ = self.env.cluster.kubectl(&args);
+        }
+    }
+}
+
+pub fn is_bound(pod: &Pod) -> bool {
+    pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
+}
+
+pub fn is_running(pod: &Pod) -> bool {
+    is_bound(pod) && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+}
+
+/// The scheduler tried this pod and could not (or would not) place it.
+pub fn is_refused(pod: &Pod) -> bool {
+    !is_bound(pod)
+        && pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == "PodScheduled" && c.status == "False")
+            })
+}
+
+pub fn names_of(pods: &[Pod]) -> Vec<String> {
+    pods.iter()
+        .map(|p| {
+            format!(
+                "{}@{}",
+                p.metadata.name.clone().unwrap_or_default(),
+                p.spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.clone())
+                    .unwrap_or_else(|| "-".into())
+            )
+        })
+        .collect()
+}
+
+/// How the pods of a test job refer to their scheduler and gang.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Link {
+    /// The backend's pod link to PodGroup `<job name>` (what SPEC §1 asks users to put in
+    /// templates).
+    Gang(Backend),
+    /// The backend's scheduler, but no pod link: the scheduler treats each pod on its own.
+    Plain(Backend),
+}
+
+impl Link {
+    fn backend(self) -> Backend {
+        match self {
+            Link::Gang(b) | Link::Plain(b) => b,
+        }
+    }
+}
+
+/// One replica type of a test job.
+#[derive(Debug, Clone, Copy)]
+pub struct Replicas {
+    pub type_: &'static str,
+    pub count: u32,
+    /// nvidia.com/gpu per pod (request = limit).
+    pub gpus: u32,
+    /// Its pods exit 0 two seconds after they start (kwok stage e2e-pod-succeed).
+    pub succeed: bool,
+}
+
+pub const fn replicas(type_: &'static str, count: u32, gpus: u32) -> Replicas {
+    Replicas {
+        type_,
+        count,
+        gpus,
+        succeed: false,
+    }
+}
+
+/// A pod template for `link`, pinned to pool `pool`; 500m cpu, 512Mi, `gpus` GPUs.
+pub fn template(link: Link, job: &str, pool: &str, container: &str, r: &Replicas) -> Value {
+    let mut labels = BTreeMap::from([(JOB_LABEL.to_string(), job.to_string())]);
+    let mut annotations = BTreeMap::new();
+    if r.succeed {
+        labels.insert(SUCCEED_LABEL.into(), "true".into());
+    }
+    let scheduler = match link.backend() {
+        Backend::SchedulerPlugins => "default-scheduler",
+        Backend::Volcano => "volcano",
+    };
+    match link {
+        Link::Gang(Backend::SchedulerPlugins) => {
+            labels.insert("scheduling.x-k8s.io/pod-group".into(), job.into());
+        }
+        Link::Gang(Backend::Volcano) => {
+            annotations.insert("scheduling.k8s.io/group-name".to_string(), job.to_string());
+        }
+        Link::Plain(_) => {}
+    }
+    let mut requests = json!({"cpu": "500m", "memory": "512Mi"});
+    let mut limits = json!({});
+    if r.gpus > 0 {
+        requests[GPU] = json!(r.gpus.to_string());
+        limits[GPU] = json!(r.gpus.to_string());
+    }
+    json!({
+        "metadata": {"labels": labels, "annotations": annotations},
+        "spec": {
+            "schedulerName": scheduler,
+            "nodeSelector": {POOL_LABEL: pool},
+            "containers": [{
+                "name": container,
+                "image": "registry.invalid/e2e:never-pulled",
+                "resources": {"requests": requests, "limits": limits},
+            }],
+        },
+    })
+}
+
+/// A training job of `kind` named `name` with the given replica types, its pods linked per `link`
+/// and pinned to `pool`. `spec_extra` is merged into `spec` (e.g. the MPIJob launcher policy).
+pub fn training_job(
+    kind: Kind,
+    link: Link,
+    name: &str,
+    pool: &str,
+    replica_types: &[Replicas],
+    spec_extra: Value,
+) -> Value {
+    let (field, container) = match kind {
+        Kind::PyTorchJob => ("pytorchReplicaSpecs", "pytorch"),
+        Kind::TFJob => ("tfReplicaSpecs", "tensorflow"),
+        Kind::MPIJob | Kind::MPIJobV1 => ("mpiReplicaSpecs", "mpi"),
+    };
+    let mut specs = serde_json::Map::new();
+    for r in replica_types {
+        specs.insert(
+            r.type_.to_string(),
+            json!({
+                "replicas": r.count,
+                "restartPolicy": "Never",
+                "template": template(link, name, pool, container, r),
+            }),
+        );
+    }
+    let ar = kind.ar();
+    let mut spec = json!({ field: specs });
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), spec_extra.as_object()) {
+        for (k, v) in extra {
+            spec.insert(k.clone(), v.clone());
+        }
+    }
+    json!({"apiVersion": ar.api_version, "kind": ar.kind, "metadata": {"name": name}, "spec": spec})
+}

@@ -1,0 +1,359 @@
+#!/usr/bin/env bash
+# Starts the end-to-end components next to a running test control plane (tests/cluster/start.sh):
+#   kwok                          simulated nodes and pod lifecycle (stages below)
+#   scheduler-plugins scheduler   profile "default-scheduler" with Coscheduling
+#   scheduler-plugins controller  fills the coscheduling PodGroups' status (phase, counts)
+#   volcano controller-manager    only queue-controller (opens Queues) and pg-controller (PodGroups
+#                                 for pods that carry no group-name, as in any Volcano install)
+#   volcano scheduler             --scheduler-name=volcano, the upstream default configuration
+#   training-operator v1          PyTorchJob and TFJob, gang scheduling off
+#   mpi-operator v2               MPIJob v2beta1, gang scheduling off
+# Every process talks to the API server only, listens on loopback where it has a flag for it,
+# and is listed in WORK_DIR/pids. Two listeners cannot be moved: the training-operator's webhook
+# server (all interfaces, a free port) and the mpi-operator's health check (:8080, hardcoded).
+#
+# usage: start.sh WORK_DIR --kubeconfig KUBECONFIG [--owner-pid PID]
+#
+#   WORK_DIR         created if missing; receives *.log, the components' configuration, and:
+#                      kubeconfig  a copy of KUBECONFIG (every process's argv names WORK_DIR,
+#                                  which stop.sh relies on)
+#                      env         shell-sourceable: E2E_DIR KUBECONFIG KWOK_NODE_ANNOTATION ...
+#                      pids        one PID per line: exactly the processes this script started
+#   --kubeconfig     an admin kubeconfig of the control plane
+#   --owner-pid PID  also starts a detached reaper that runs stop.sh WORK_DIR as soon as PID exits
+#
+# environment:
+#   READY_TIMEOUT=120       seconds each component may take to become ready
+#   PGS_BIN_DIR             directory with kubectl (default: from tests/cluster/get-binaries.sh)
+#   E2E_LOCK_TIMEOUT=3600   seconds to wait for another e2e run on this machine to finish
+#   E2E_LOCK=/tmp/podgroup-sync-e2e.lock
+#
+# One e2e environment per machine: the mpi-operator's health port (:8080) and the
+# training-operator's certificate check (/tmp/k8s-webhook-server/serving-certs/tls.crt) are
+# machine-global. A second run waits on E2E_LOCK; the lock is held by the started processes
+# themselves (an inherited descriptor), so it is released when the last of them exits.
+#
+# Progress goes to stderr; on success the last stdout line is E2E_DIR=WORK_DIR. On failure every
+# process started so far is stopped and the failing component's log tail is printed.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+T0=${EPOCHREALTIME/./}
+elapsed() { local us=$(( ${EPOCHREALTIME/./} - T0 )); printf '%d.%d' $(( us / 1000000 )) $(( us / 100000 % 10 )); }
+log() { printf '[e2e-start %s +%ss] %s\n' "$(date +%H:%M:%S)" "$(elapsed)" "$*" >&2; }
+usage() { echo "usage: $0 WORK_DIR --kubeconfig KUBECONFIG [--owner-pid PID]" >&2; exit 2; }
+
+[ $# -ge 1 ] || usage
+W=$1; shift
+OWNER= KC=
+while [ $# -gt 0 ]; do
+  case $1 in
+    --owner-pid) [ $# -ge 2 ] || usage; OWNER=$2; shift 2 ;;
+    --owner-pid=*) OWNER=${1#*=}; shift ;;
+    --kubeconfig) [ $# -ge 2 ] || usage; KC=$2; shift 2 ;;
+    --kubeconfig=*) KC=${1#*=}; shift ;;
+    *) usage ;;
+  esac
+done
+[ -n "$KC" ] && [ -f "$KC" ] || { echo "e2e start.sh: --kubeconfig FILE is required" >&2; usage; }
+if [ -n "$OWNER" ] && ! [ -d "/proc/$OWNER" ]; then
+  echo "e2e start.sh: owner PID $OWNER is not running" >&2; exit 2
+fi
+READY_TIMEOUT=${READY_TIMEOUT:-120}
+E2E_LOCK=${E2E_LOCK:-/tmp/podgroup-sync-e2e.lock}
+
+mkdir -p "$W"
+W=$(cd "$W" && pwd -P)
+if [ -s "$W/pids" ]; then
+  while read -r p; do
+    if [ -n "$p" ] && { tr '\0' '\n' < "/proc/$p/cmdline"; } 2>/dev/null | grep -qF -- "$W"; then
+      echo "e2e start.sh: $W already has running components (PID $p); run stop.sh $W first" >&2
+      exit 1
+    fi
+  done < "$W/pids"
+fi
+rm -f "$W/pids" "$W/env" "$W/reaper.pid" "$W/stop.lock"
+cp "$KC" "$W/kubeconfig"; chmod 600 "$W/kubeconfig"
+KC=$W/kubeconfig
+echo $$ > "$W/pids"
+unlist_self() { grep -vx "$$" "$W/pids" > "$W/pids.tmp" || true; mv "$W/pids.tmp" "$W/pids"; }
+
+STARTED_OK=0
+on_exit() {
+  local rc=$?
+  unlist_self
+  if [ "$STARTED_OK" != 1 ]; then
+    log "start failed (exit $rc); stopping what was started"
+    STOP_IF_IDLE=1 "$HERE/stop.sh" "$W" >&2 || true
+  fi
+}
+trap on_exit EXIT
+trap 'exit 130' INT TERM
+
+fail() {
+  echo "e2e start.sh: $1: $2" >&2
+  if [ -f "$W/$1.log" ]; then
+    echo "----- last 40 lines of $W/$1.log -----" >&2
+    tail -n 40 "$W/$1.log" >&2
+    echo "----- end of $1.log -----" >&2
+  fi
+  exit 1
+}
+
+# --- machine-wide lock (fd 8, inherited by every component and the reaper) ---------------------
+exec 8>>"$E2E_LOCK"
+if ! flock -n 8; then
+  log "another e2e environment runs on this machine (lock $E2E_LOCK); waiting for it"
+  flock -w "${E2E_LOCK_TIMEOUT:-3600}" 8 || fail lock "still locked after ${E2E_LOCK_TIMEOUT:-3600}s"
+fi
+
+# --- reaper -----------------------------------------------------------------------------------
+# shellcheck disable=SC2086
+proc_start() { local s; s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; s=${s##*) }; set -- $s; echo "${20}"; }
+if [ -n "$OWNER" ]; then
+  OWNER_START=$(proc_start "$OWNER") || { echo "e2e start.sh: owner PID $OWNER vanished" >&2; exit 2; }
+  # shellcheck disable=SC2016
+  setsid bash -c '
+    W=$1 OWNER=$2 OWNER_START=$3 STOP=$4
+    echo $$ > "$W/reaper.pid.tmp" && mv "$W/reaper.pid.tmp" "$W/reaper.pid"
+    alive() { local s; s=$(cat "/proc/$OWNER/stat" 2>/dev/null) || return 1
+              s=${s##*) }; set -- $s; [ "$1" != Z ] && [ "${20}" = "$OWNER_START" ]; }
+    while alive; do sleep 1; done
+    echo "[e2e-reaper $(date +%H:%M:%S)] owner $OWNER exited; stopping the e2e components"
+    exec "$STOP" "$W"
+  ' pgs-e2e-reaper "$W" "$OWNER" "$OWNER_START" "$HERE/stop.sh" </dev/null >>"$W/reaper.log" 2>&1 &
+  for _ in $(seq 100); do [ -s "$W/reaper.pid" ] && break; sleep 0.05; done
+  [ -s "$W/reaper.pid" ] || fail reaper "the reaper did not start"
+  cat "$W/reaper.pid" >> "$W/pids"
+  log "reaper $(cat "$W/reaper.pid") watches owner PID $OWNER"
+fi
+
+# --- binaries ---------------------------------------------------------------------------------
+log "get-e2e-binaries.sh (cold: tens of minutes; warm: a second)"
+out=$("$HERE/get-e2e-binaries.sh" </dev/null) || fail binaries "get-e2e-binaries.sh failed"
+eval "$(printf '%s\n' "$out" | grep -E '^[A-Z_]+=' | sed -E 's/^([A-Z_]+)=(.*)$/\1=\x27\2\x27/')"
+for v in KWOK KWOK_STAGES SCHEDULER_PLUGINS SCHEDULER_PLUGINS_CONTROLLER SCHEDULER_PLUGINS_CRDS \
+         VOLCANO_SCHEDULER VOLCANO_CONTROLLER_MANAGER VOLCANO_CRDS TRAINING_OPERATOR MPI_OPERATOR; do
+  [ -n "${!v:-}" ] && [ -e "${!v}" ] || fail binaries "get-e2e-binaries.sh gave no usable $v"
+done
+
+# kubectl from the control plane's bin dir (the API server's version).
+CP_BIN=${PGS_BIN_DIR:-}
+if [ -z "$CP_BIN" ]; then
+  CP_BIN=$("$HERE/../cluster/get-binaries.sh" </dev/null | sed -n 's/^BIN=//p' | tail -n 1) ||
+    fail binaries "tests/cluster/get-binaries.sh failed"
+fi
+[ -x "$CP_BIN/kubectl" ] || fail binaries "no kubectl in $CP_BIN"
+kubectl() { "$CP_BIN/kubectl" --kubeconfig="$KC" "$@"; }
+
+# --- helpers ----------------------------------------------------------------------------------
+free_ports() {  # free_ports N: N distinct free loopback ports
+  python3 -c '
+import socket, sys
+ss = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in ss])' "$1"
+}
+STARTED_PID=
+start() {  # start NAME CMD...: detached, logging to WORK_DIR/NAME.log, PID listed
+  local name=$1; shift
+  "$@" </dev/null >"$W/$name.log" 2>&1 &
+  STARTED_PID=$!
+  echo "$STARTED_PID" >> "$W/pids"
+}
+alive() { local s; s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; s=${s##*) }; [ "${s%% *}" != Z ]; }
+wait_ready() {  # wait_ready NAME PID CMD...: polls CMD until it succeeds; fails if PID dies
+  local name=$1 pid=$2 rc; shift 2
+  local deadline=$(( $(date +%s) + READY_TIMEOUT ))
+  until "$@" >/dev/null 2>&1; do
+    alive "$pid" || { wait "$pid" 2>/dev/null && rc=0 || rc=$?; fail "$name" "exited (status $rc) before becoming ready"; }
+    [ "$(date +%s)" -lt "$deadline" ] || fail "$name" "not ready after ${READY_TIMEOUT}s"
+    sleep 0.3
+  done
+}
+http_ok() { curl -fsS --max-time 3 -o /dev/null "$1"; }
+https_ok() { curl -fsSk --max-time 3 -o /dev/null "$1"; }
+
+read -r KWOK_PORT SP_PORT SPC_METRICS SPC_PROBE VC_LISTEN VC_HEALTH VCM_LISTEN VCM_HEALTH \
+  TO_METRICS TO_PROBE TO_WEBHOOK < <(free_ports 11)
+
+# --- cluster objects the components need --------------------------------------------------------
+log "installing the e2e CRDs (Volcano's, ElasticQuota) and namespaces"
+apply_args=()
+for f in "$VOLCANO_CRDS"/*.yaml "$SCHEDULER_PLUGINS_CRDS"/*.yaml; do apply_args+=(-f "$f"); done
+kubectl apply --server-side --force-conflicts --field-manager=podgroup-sync-e2e "${apply_args[@]}" \
+  >"$W/crds.log" 2>&1 || fail crds "kubectl apply of the CRDs failed"
+kubectl wait --for=condition=Established --timeout="${READY_TIMEOUT}s" "${apply_args[@]}" \
+  >>"$W/crds.log" 2>&1 || fail crds "CRDs not Established"
+for ns in kubeflow mpi-operator; do
+  kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f - >>"$W/crds.log" 2>&1 ||
+    fail crds "cannot create namespace $ns"
+done
+
+# --- kwok -------------------------------------------------------------------------------------
+# The upstream stages (node-initialize, pod-ready, pod-complete for Job-owned pods, pod-delete)
+# plus one of ours: a Running pod labelled e2e.podgroup-sync.io/succeed=true exits 0 after 2 s,
+# so a test decides which replica of a training job finishes (and with it the job).
+{
+  for f in node-initialize pod-ready pod-complete pod-delete; do
+    cat "$KWOK_STAGES/$f.yaml"; echo "---"
+  done
+  cat <<'EOF'
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: e2e-pod-succeed
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchLabels:
+      e2e.podgroup-sync.io/succeed: "true"
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'DoesNotExist'
+    - key: '.status.phase'
+      operator: 'In'
+      values: ['Running']
+  delay:
+    durationMilliseconds: 2000
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      containerStatuses:
+      {{ range .spec.containers }}
+      - image: {{ .image | Quote }}
+        name: {{ .name | Quote }}
+        ready: false
+        restartCount: 0
+        started: false
+        state:
+          terminated:
+            exitCode: 0
+            finishedAt: {{ $now | Quote }}
+            reason: Completed
+            startedAt: {{ $now | Quote }}
+      {{ end }}
+      conditions:
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "False"
+        type: Ready
+        reason: PodCompleted
+      phase: Succeeded
+EOF
+} > "$W/kwok-stages.yaml"
+log "kwok (server 127.0.0.1:$KWOK_PORT; manages nodes annotated kwok.x-k8s.io/node=fake)"
+start kwok "$KWOK" --kubeconfig="$KC" --config="$W/kwok-stages.yaml" \
+  --manage-all-nodes=false --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
+  --cidr=10.0.0.1/24 --node-ip=10.0.0.1 --server-address="127.0.0.1:$KWOK_PORT"
+wait_ready kwok "$STARTED_PID" http_ok "http://127.0.0.1:$KWOK_PORT/healthz"
+
+# --- scheduler-plugins ------------------------------------------------------------------------
+log "scheduler-plugins controller (probe 127.0.0.1:$SPC_PROBE)"
+start sp-controller "$SCHEDULER_PLUGINS_CONTROLLER" --kubeconfig="$KC" \
+  --metricsAddr="127.0.0.1:$SPC_METRICS" --probeAddr="127.0.0.1:$SPC_PROBE" \
+  --enableLeaderElection=false
+wait_ready sp-controller "$STARTED_PID" http_ok "http://127.0.0.1:$SPC_PROBE/readyz"
+
+cat > "$W/sp-scheduler.yaml" <<EOF
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection:
+  leaderElect: false
+clientConnection:
+  kubeconfig: "$KC"
+profiles:
+- schedulerName: default-scheduler
+  plugins:
+    multiPoint:
+      enabled:
+      - name: Coscheduling
+    queueSort:
+      enabled:
+      - name: Coscheduling
+      disabled:
+      - name: "*"
+  pluginConfig:
+  - name: Coscheduling
+    args:
+      permitWaitingTimeSeconds: 10
+EOF
+log "scheduler-plugins scheduler (secure port 127.0.0.1:$SP_PORT)"
+start sp-scheduler "$SCHEDULER_PLUGINS" --config="$W/sp-scheduler.yaml" \
+  --bind-address=127.0.0.1 --secure-port="$SP_PORT" --cert-dir="$W/sp-scheduler-certs" \
+  --authentication-kubeconfig="$KC" --authorization-kubeconfig="$KC" -v=2
+wait_ready sp-scheduler "$STARTED_PID" https_ok "https://127.0.0.1:$SP_PORT/healthz"
+
+# --- volcano ----------------------------------------------------------------------------------
+log "volcano controller-manager: queue-controller, pg-controller (healthz 127.0.0.1:$VCM_HEALTH)"
+start vc-controller-manager "$VOLCANO_CONTROLLER_MANAGER" --kubeconfig="$KC" \
+  --controllers=queue-controller,pg-controller --scheduler-name=volcano --leader-elect=false \
+  --enable-healthz=true --healthz-address="127.0.0.1:$VCM_HEALTH" \
+  --listen-address="127.0.0.1:$VCM_LISTEN" -v=2
+wait_ready vc-controller-manager "$STARTED_PID" http_ok "http://127.0.0.1:$VCM_HEALTH/healthz"
+
+log "volcano scheduler (healthz 127.0.0.1:$VC_HEALTH)"
+start vc-scheduler "$VOLCANO_SCHEDULER" --kubeconfig="$KC" --scheduler-name=volcano \
+  --leader-elect=false --enable-healthz=true --healthz-address="127.0.0.1:$VC_HEALTH" \
+  --listen-address="127.0.0.1:$VC_LISTEN" --cache-dumper=false -v=2
+wait_ready vc-scheduler "$STARTED_PID" http_ok "http://127.0.0.1:$VC_HEALTH/healthz"
+# The scheduler creates the default Queue; the queue-controller opens it.
+queue_open() { [ "$(kubectl get queues.scheduling.volcano.sh default -o jsonpath='{.status.state}')" = Open ]; }
+wait_ready vc-scheduler "$STARTED_PID" queue_open
+log "volcano queue 'default' is Open"
+
+# --- training-operator ------------------------------------------------------------------------
+# Gang scheduling off: no --gang-scheduler-name. Its certificate rotator waits for
+# /tmp/k8s-webhook-server/serving-certs/tls.crt (a constant; it only checks that the file
+# exists), while its webhook server loads tls.crt/tls.key from $TMPDIR/k8s-webhook-server/
+# serving-certs. So TMPDIR points into WORK_DIR, where a throw-away certificate is put, and the
+# global path gets a copy only if it has no tls.crt yet (it is never removed or overwritten).
+# No ValidatingWebhookConfiguration exists, so the API server never calls the webhook.
+TO_TMP=$W/training-operator-tmp
+CERTS=$TO_TMP/k8s-webhook-server/serving-certs
+mkdir -p "$CERTS"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 7 \
+  -subj /CN=training-operator.kubeflow.svc -addext subjectAltName=DNS:training-operator.kubeflow.svc \
+  -keyout "$CERTS/tls.key" -out "$CERTS/tls.crt" >/dev/null 2>&1 || fail training-operator "openssl failed"
+GLOBAL_CERTS=/tmp/k8s-webhook-server/serving-certs
+if [ ! -e "$GLOBAL_CERTS/tls.crt" ]; then
+  mkdir -p "$GLOBAL_CERTS"
+  cp "$CERTS/tls.crt" "$GLOBAL_CERTS/.tls.crt.$$" && mv -n "$GLOBAL_CERTS/.tls.crt.$$" "$GLOBAL_CERTS/tls.crt"
+  rm -f "$GLOBAL_CERTS/.tls.crt.$$"
+fi
+kubectl -n kubeflow create secret generic training-operator-webhook-cert --dry-run=client -o yaml |
+  kubectl apply -f - >"$W/training-operator-setup.log" 2>&1 ||
+  fail training-operator-setup "cannot create the webhook Secret"
+log "training-operator (probe 127.0.0.1:$TO_PROBE, webhook :$TO_WEBHOOK)"
+start training-operator env -u KUBECONFIG TMPDIR="$TO_TMP" MY_POD_NAMESPACE=kubeflow \
+  "$TRAINING_OPERATOR" --kubeconfig="$KC" \
+  --metrics-bind-address="127.0.0.1:$TO_METRICS" --health-probe-bind-address="127.0.0.1:$TO_PROBE" \
+  --webhook-server-port="$TO_WEBHOOK" --leader-elect=false \
+  --enable-scheme=pytorchjob --enable-scheme=tfjob
+wait_ready training-operator "$STARTED_PID" http_ok "http://127.0.0.1:$TO_PROBE/readyz"
+
+# --- mpi-operator -----------------------------------------------------------------------------
+# Gang scheduling off: no --gang-scheduling. Its health check always listens on :8080.
+if ! python3 -c 'import socket; s=socket.socket(); s.bind(("", 8080))' 2>/dev/null; then
+  fail mpi-operator "port 8080 is in use (the mpi-operator's health check port is hardcoded): $(ss -ltnp 2>/dev/null | grep -w 8080 || true)"
+fi
+log "mpi-operator (health :8080, lock namespace mpi-operator)"
+start mpi-operator env -u KUBECONFIG "$MPI_OPERATOR" --kubeConfig="$KC" \
+  --lock-namespace=mpi-operator --threadiness=2
+wait_ready mpi-operator "$STARTED_PID" http_ok "http://127.0.0.1:8080/healthz"
+mpi_leading() { [ -n "$(kubectl -n mpi-operator get lease mpi-operator -o jsonpath='{.spec.holderIdentity}')" ]; }
+wait_ready mpi-operator "$STARTED_PID" mpi_leading
+
+{
+  printf 'export E2E_DIR=%q\n' "$W"
+  printf 'export KUBECONFIG=%q\n' "$KC"
+  printf 'export KWOK_NODE_ANNOTATION=%q\n' "kwok.x-k8s.io/node=fake"
+  printf 'export KWOK_SUCCEED_LABEL=%q\n' "e2e.podgroup-sync.io/succeed=true"
+  printf 'export SP_SCHEDULER_NAME=%q\n' "default-scheduler"
+  printf 'export VOLCANO_SCHEDULER_NAME=%q\n' "volcano"
+} > "$W/env"
+
+STARTED_OK=1
+log "e2e components ready in $W (stop: $HERE/stop.sh $W)"
+echo "E2E_DIR=$W"
