@@ -370,6 +370,7 @@ pub async fn run(
         metrics.clone(),
         leading.clone(),
     ));
+    remember_published_events(&client, &ctx).await;
     // A new leader looks at every job: as a standby it skipped them.
     tasks.push(tokio::spawn({
         let mut leading = leading.clone();
@@ -507,6 +508,26 @@ pub async fn run(
         h.abort();
     }
     Ok(())
+}
+
+/// Seeds the Event de-duplication with the Events an earlier instance published, so a restart
+/// with nothing changed publishes nothing. A failure only costs repeated Events.
+async fn remember_published_events(client: &Client, ctx: &Context) {
+    use k8s_openapi::api::events::v1::Event;
+    let api: Api<Event> = Api::all(client.clone());
+    let lp = kube::api::ListParams::default().fields("reportingController=podgroup-sync");
+    match api.list(&lp).await {
+        Ok(list) => {
+            let n = list.items.len();
+            ctx.remember_events(
+                list.items.into_iter().filter_map(|e| {
+                    Some((e.regarding?.uid?, e.reason?, e.note.unwrap_or_default()))
+                }),
+            );
+            info!(events = n, "remembered Events published earlier");
+        }
+        Err(e) => warn!(error = %e, "could not read earlier Events; some may be published again"),
+    }
 }
 
 fn update_pod_group_gauge(metrics: &crate::metrics::Metrics, caches: &Caches) {

@@ -186,6 +186,15 @@ impl Context {
         }
     }
 
+    /// Remembers Events published before this process started (read back from the API
+    /// server), so a restart does not publish them again.
+    pub fn remember_events(&self, events: impl IntoIterator<Item = (String, String, String)>) {
+        let mut seen = self.events_seen.lock().expect("lock");
+        for key in events {
+            seen.insert(key, Instant::now());
+        }
+    }
+
     /// Forgets reported Events of a job, so they are reported again if they recur after a change.
     fn forget_events(&self, uid: &str, reasons: &[&str]) {
         self.events_seen

@@ -172,3 +172,56 @@ async fn garbage_collector_deletes_dependents() {
         .await
         .expect("delete namespace");
 }
+
+/// The real CRD schemas accept the three job kinds; kube-rs reads them back as written.
+#[tokio::test]
+async fn job_kinds_round_trip_through_the_real_crds() {
+    use support::jobs::{self, Backend, Kind};
+    let cluster = support::cluster().await;
+    let client = cluster.client().await;
+    let ns = support::test_namespace(&client, "cp-jobs", &[]).await;
+    for kind in [Kind::PyTorchJob, Kind::TFJob, Kind::MPIJob] {
+        let name = format!("{kind:?}").to_lowercase();
+        let manifest = jobs::job(kind, Backend::SchedulerPlugins, &name, 3);
+        let created = jobs::create(&client, &ns, kind, &manifest).await;
+        let read = jobs::api(&client, &ns, &kind.ar())
+            .get(&name)
+            .await
+            .expect("read back");
+        assert_eq!(read.metadata.uid, created.metadata.uid);
+        let workers = read.data.pointer(&kind.worker_path()).cloned();
+        assert_eq!(
+            workers,
+            Some(serde_json::json!(3)),
+            "{kind:?}: {}",
+            read.data
+        );
+        assert_eq!(
+            read.types.as_ref().unwrap().api_version,
+            kind.ar().api_version
+        );
+    }
+}
+
+/// A PyTorchJob whose `replicas` is a string is rejected by the real CRD schema.
+#[tokio::test]
+async fn the_real_schema_rejects_a_malformed_job() {
+    use support::jobs::{self, Backend, Kind};
+    let cluster = support::cluster().await;
+    let client = cluster.client().await;
+    let ns = support::test_namespace(&client, "cp-reject", &[]).await;
+    let mut manifest = jobs::job(Kind::PyTorchJob, Backend::SchedulerPlugins, "bad", 1);
+    manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = serde_json::json!("three");
+    let obj: kube::api::DynamicObject = serde_json::from_value(manifest).unwrap();
+    let err = jobs::api(&client, &ns, &Kind::PyTorchJob.ar())
+        .create(&PostParams::default(), &obj)
+        .await
+        .expect_err("the schema must reject replicas: \"three\"");
+    match err {
+        kube::Error::Api(status) => {
+            assert_eq!(status.code, 422, "{status:?}");
+            assert!(status.message.contains("replicas"), "{}", status.message);
+        }
+        other => panic!("unexpected error {other}"),
+    }
+}

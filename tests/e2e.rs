@@ -99,7 +99,12 @@ async fn a_gang_waits_whole_for_capacity_then_binds_whole(backend: Backend) {
             spec(pg)["minMember"] == 4
         })
         .await;
-    assert_eq!(spec(&pg)["minResources"][harness::GPU], "4", "{}", s.diagnostics());
+    assert_eq!(
+        spec(&pg)["minResources"][harness::GPU],
+        "4",
+        "{}",
+        s.diagnostics()
+    );
 
     let note = s.wait_event(&ns, &job, waiting_reason(backend)).await;
     s.wait_all_refused(&ns, &job, 4).await;
@@ -110,7 +115,10 @@ async fn a_gang_waits_whole_for_capacity_then_binds_whole(backend: Backend) {
         names_of(&pods),
         s.diagnostics()
     );
-    eprintln!("[{ns}] gang of 4 waits on 3 GPUs; {}: {note}", waiting_reason(backend));
+    eprintln!(
+        "[{ns}] gang of 4 waits on 3 GPUs; {}: {note}",
+        waiting_reason(backend)
+    );
 
     s.add_node(1).await;
     let pods = s.wait_all_running(&ns, &job, 4).await;
@@ -221,13 +229,22 @@ async fn c_mpijob_wait_for_workers_ready_runs_to_completion(backend: Backend) {
     );
     s.create(&ns, Kind::MPIJob, &manifest).await;
 
-    let pg = s
-        .wait_pg(&ns, backend, &job, "created", |_| true)
-        .await;
-    assert_eq!(spec(&pg)["minMember"], 2, "launcher left out\n{}", s.diagnostics());
-    assert_eq!(spec(&pg)["minResources"][harness::GPU], "2", "{}", s.diagnostics());
+    let pg = s.wait_pg(&ns, backend, &job, "created", |_| true).await;
+    assert_eq!(
+        spec(&pg)["minMember"],
+        2,
+        "launcher left out\n{}",
+        s.diagnostics()
+    );
+    assert_eq!(
+        spec(&pg)["minResources"][harness::GPU],
+        "2",
+        "{}",
+        s.diagnostics()
+    );
 
-    s.wait_job_condition(&ns, Kind::MPIJob, &job, "Succeeded").await;
+    s.wait_job_condition(&ns, Kind::MPIJob, &job, "Succeeded")
+        .await;
     eprintln!("[{ns}] MPIJob {job} Succeeded");
     s.wait_pg_gone(&ns, backend, &job, "MPIJob Succeeded").await;
     s.cleanup().await;
@@ -263,7 +280,12 @@ async fn d_tfjob_ps_worker_evaluator_are_one_gang(backend: Backend) {
             spec(pg)["minMember"] == 4
         })
         .await;
-    assert_eq!(spec(&pg)["minResources"][harness::GPU], "3", "{}", s.diagnostics());
+    assert_eq!(
+        spec(&pg)["minResources"][harness::GPU],
+        "3",
+        "{}",
+        s.diagnostics()
+    );
     s.wait_event(&ns, &job, waiting_reason(backend)).await;
     s.wait_all_refused(&ns, &job, 4).await;
     let pods = s.pods(&ns, &job).await;
@@ -323,7 +345,10 @@ async fn e_competing_jobs_one_runs_whole_the_other_waits_whole(backend: Backend)
 
     jobs::delete(&s.client, &ns, &Kind::PyTorchJob.ar(), &winner).await;
     let pods = s.wait_all_running(&ns, &loser, 4).await;
-    eprintln!("[{ns}] {winner} deleted; {loser} runs whole: {:?}", names_of(&pods));
+    eprintln!(
+        "[{ns}] {winner} deleted; {loser} runs whole: {:?}",
+        names_of(&pods)
+    );
     s.cleanup().await;
 }
 
@@ -351,7 +376,8 @@ async fn f_a_finished_job_loses_its_pod_group(backend: Backend) {
     s.wait_pg(&ns, backend, &job, "created", |_| true).await;
     s.wait_job_condition(&ns, Kind::PyTorchJob, &job, "Succeeded")
         .await;
-    s.wait_pg_gone(&ns, backend, &job, "PyTorchJob Succeeded").await;
+    s.wait_pg_gone(&ns, backend, &job, "PyTorchJob Succeeded")
+        .await;
     let still = jobs::api(&s.client, &ns, &Kind::PyTorchJob.ar())
         .get_opt(&job)
         .await

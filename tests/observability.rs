@@ -535,11 +535,33 @@ async fn live_metrics_are_valid_and_count_the_podgroups_created() {
         },
     )
     .await;
+    // The PodGroup gauge is refreshed from the caches on every discovery turn (2s here).
+    support::wait_for(
+        "3 PodGroups in podgroup_sync_podgroups",
+        Duration::from_secs(60),
+        || {
+            let text = ctl.metrics();
+            let owned = metric_sum(
+                &text,
+                "podgroup_sync_podgroups",
+                &[("backend", "scheduler-plugins")],
+            );
+            std::future::ready((owned == 3.0).then_some(()))
+        },
+    )
+    .await;
     // Give a stray extra create a moment to show, then read the final numbers.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let text = ctl.metrics();
 
     let check = run_promtool(&["check", "metrics"], Some(&text));
+    eprintln!(
+        "promtool check metrics on the live /metrics:\n{}",
+        describe(&check)
+    );
+    if let Ok(path) = std::env::var("PGS_DUMP_METRICS") {
+        std::fs::write(path, &text).expect("write PGS_DUMP_METRICS");
+    }
     assert!(
         check.status.success(),
         "promtool check metrics rejects the live /metrics:\n{}\n--- /metrics ---\n{text}",
@@ -570,6 +592,15 @@ async fn live_metrics_are_valid_and_count_the_podgroups_created() {
         created,
         "one job → PodGroup latency observation per creation"
     );
+    assert_eq!(
+        m(
+            "podgroup_sync_podgroups",
+            &[("backend", "scheduler-plugins")]
+        ),
+        3.0,
+        "owned PodGroups, all phases"
+    );
+    assert_eq!(m("podgroup_sync_podgroups", &[("backend", "volcano")]), 0.0);
     assert!(
         m("podgroup_sync_reconcile_total", &[]) > 0.0,
         "no reconcile counted"

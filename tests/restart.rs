@@ -73,6 +73,39 @@ async fn a_restart_with_nothing_changed_writes_nothing() {
             }
         }
     }
+    // Jobs that leave Events behind: invalid, missing a pod link, and one in a dry-run namespace.
+    let dry = support::test_namespace(
+        &client,
+        "restart-dry",
+        &[("podgroup-sync.io/enabled", "dry-run")],
+    )
+    .await;
+    let mut invalid = jobs::job(Kind::TFJob, Backend::Volcano, "invalid", 1);
+    invalid["spec"]["runPolicy"] = serde_json::json!({"schedulingPolicy": {"minAvailable": 9}});
+    jobs::create(&client, &ns, Kind::TFJob, &invalid).await;
+    let mut unlinked = jobs::job(Kind::TFJob, Backend::SchedulerPlugins, "unlinked", 1);
+    unlinked["spec"]["tfReplicaSpecs"]["Worker"]["template"]["metadata"] = serde_json::json!({});
+    jobs::create(&client, &ns, Kind::TFJob, &unlinked).await;
+    expected += 1;
+    jobs::create(
+        &client,
+        &dry,
+        Kind::PyTorchJob,
+        &jobs::job(Kind::PyTorchJob, Backend::Volcano, "dry", 1),
+    )
+    .await;
+    jobs::wait_event(&client, &ns, "invalid", "InvalidSpec").await;
+    jobs::wait_event(&client, &ns, "unlinked", "MissingPodGroupLink").await;
+    jobs::wait_event(&client, &dry, "dry", "WouldCreatePodGroup").await;
+    wait_pg(
+        &client,
+        &ns,
+        Backend::SchedulerPlugins,
+        "unlinked",
+        "created",
+        |_| true,
+    )
+    .await;
     // Let the first instance settle (the PodGroup watch events of its own writes come back).
     tokio::time::sleep(Duration::from_secs(2)).await;
     let before_rv = (

@@ -197,8 +197,8 @@ impl Env {
             "training-operator",
             "mpi-operator",
         ] {
-            let text = std::fs::read_to_string(self.dir.join(format!("{log}.log")))
-                .unwrap_or_default();
+            let text =
+                std::fs::read_to_string(self.dir.join(format!("{log}.log"))).unwrap_or_default();
             let lines: Vec<&str> = text.lines().filter(|l| l.contains(ns)).collect();
             s += &format!(
                 "\n----- {log}.log, last lines naming {ns} -----\n{}",
@@ -210,7 +210,10 @@ impl Env {
             .lock()
             .map(|c| c.log_tail())
             .unwrap_or_default();
-        s + &format!("\n----- podgroup-sync log tail -----\n{tail}\n(logs: {})", self.dir.display())
+        s + &format!(
+            "\n----- podgroup-sync log tail -----\n{tail}\n(logs: {})",
+            self.dir.display()
+        )
     }
 
     /// Polls `check` every 500 ms until it returns `Some`; on timeout panics with `what` and the
@@ -245,7 +248,6 @@ pub struct Scope {
     /// PodGroups by name across all namespaces, so names are kept unique cluster-wide).
     pub id: String,
     nodes: Vec<String>,
-    extra_namespaces: Vec<String>,
     cleaned: bool,
 }
 
@@ -262,17 +264,8 @@ impl Scope {
             ns,
             id,
             nodes: Vec::new(),
-            extra_namespaces: Vec::new(),
             cleaned: false,
         }
-    }
-
-    /// Another namespace in the same scope (cleaned up with it); pods there use the same pool.
-    pub async fn namespace(&mut self, prefix: &str, enabled: bool) -> String {
-        let annotations: &[(&str, &str)] = if enabled { &[ENABLED] } else { &[] };
-        let ns = support::test_namespace(&self.client, prefix, annotations).await;
-        self.extra_namespaces.push(ns.clone());
-        ns
     }
 
     /// The node pool's label value (the main namespace's name).
@@ -318,9 +311,11 @@ impl Scope {
         self.env
             .wait(&self.ns, &what, SLOW, || async {
                 let node = api.get_opt(&name).await.ok()??;
-                let ready = node.status?.conditions?.into_iter().any(|c| {
-                    c.type_ == "Ready" && c.status == "True"
-                });
+                let ready = node
+                    .status?
+                    .conditions?
+                    .into_iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True");
                 ready.then_some(())
             })
             .await;
@@ -343,7 +338,10 @@ impl Scope {
     /// Waits until job `job` has exactly `count` pods and every one of them is Running on a
     /// node of this scope's pool; returns them.
     pub async fn wait_all_running(&self, ns: &str, job: &str, count: usize) -> Vec<Pod> {
-        let what = format!("all {count} pods of {ns}/{job} Running on pool {}", self.pool());
+        let what = format!(
+            "all {count} pods of {ns}/{job} Running on pool {}",
+            self.pool()
+        );
         self.env
             .wait(ns, &what, SLOW, || async {
                 let pods = self.pods(ns, job).await;
@@ -356,7 +354,9 @@ impl Scope {
     /// Waits until job `job` has `count` pods that the scheduler has tried and refused
     /// (condition PodScheduled=False); returns them.
     pub async fn wait_all_refused(&self, ns: &str, job: &str, count: usize) -> Vec<Pod> {
-        let what = format!("all {count} pods of {ns}/{job} refused by their scheduler (PodScheduled=False)");
+        let what = format!(
+            "all {count} pods of {ns}/{job} refused by their scheduler (PodScheduled=False)"
+        );
         self.env
             .wait(ns, &what, SLOW, || async {
                 let pods = self.pods(ns, job).await;
@@ -378,7 +378,10 @@ impl Scope {
         self.env
             .wait(ns, &what, SLOW, || async {
                 let events = jobs::events(&self.client, ns, name, reason).await;
-                events.into_iter().next().map(|e| e.note.unwrap_or_default())
+                events
+                    .into_iter()
+                    .next()
+                    .map(|e| e.note.unwrap_or_default())
             })
             .await
     }
@@ -430,36 +433,25 @@ impl Scope {
     }
 
     pub fn diagnostics(&self) -> String {
-        let mut s = self.env.diagnostics(&self.ns);
-        for ns in &self.extra_namespaces {
-            s += &self.env.diagnostics(ns);
-        }
-        s
+        self.env.diagnostics(&self.ns)
     }
 
-    /// Deletes the namespaces, waits until their pods are gone (so nothing keeps reserving GPUs
-    /// or Volcano queue capacity for the next test), then deletes the pool's nodes.
+    /// Deletes the namespace, waits until its pods are gone (so nothing keeps reserving GPUs or
+    /// Volcano queue capacity for the next test), then deletes the pool's nodes.
     pub async fn cleanup(mut self) {
         let ns_api: Api<Namespace> = Api::all(self.client.clone());
-        let all: Vec<String> = std::iter::once(self.ns.clone())
-            .chain(self.extra_namespaces.iter().cloned())
-            .collect();
-        for ns in &all {
-            let _ = ns_api.delete(ns, &DeleteParams::background()).await;
-        }
-        for ns in &all {
-            let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
-            let what = format!("the pods of deleted namespace {ns} to be gone");
-            self.env
-                .wait(ns, &what, SLOW, || async {
-                    pods.list(&ListParams::default())
-                        .await
-                        .ok()
-                        .filter(|l| l.items.is_empty())
-                        .map(|_| ())
-                })
-                .await;
-        }
+        let _ = ns_api.delete(&self.ns, &DeleteParams::background()).await;
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.ns);
+        let what = format!("the pods of deleted namespace {} to be gone", self.ns);
+        self.env
+            .wait(&self.ns, &what, SLOW, || async {
+                pods.list(&ListParams::default())
+                    .await
+                    .ok()
+                    .filter(|l| l.items.is_empty())
+                    .map(|_| ())
+            })
+            .await;
         let nodes: Api<Node> = Api::all(self.client.clone());
         for node in &self.nodes {
             let _ = nodes.delete(node, &DeleteParams::background()).await;
@@ -475,10 +467,13 @@ impl Drop for Scope {
         if self.cleaned {
             return;
         }
-        let mut args = vec!["delete", "namespace", "--wait=false", "--ignore-not-found"];
-        args.push(&self.ns);
-        args.extend(self.extra_namespaces.iter().map(String::as_str));
-        let _ = self.env.cluster.kubectl(&args);
+        let _ = self.env.cluster.kubectl(&[
+            "delete",
+            "namespace",
+            "--wait=false",
+            "--ignore-not-found",
+            &self.ns,
+        ]);
         if !self.nodes.is_empty() {
             let mut args = vec!["delete", "node", "--wait=false", "--ignore-not-found"];
             args.extend(self.nodes.iter().map(String::as_str));
@@ -488,7 +483,10 @@ impl Drop for Scope {
 }
 
 pub fn is_bound(pod: &Pod) -> bool {
-    pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_ref())
+        .is_some()
 }
 
 pub fn is_running(pod: &Pod) -> bool {

@@ -1,0 +1,33 @@
+# podgroup-sync — the commands of the README.
+#   make test   everything CI checks: formatting, clippy, unit tests, and the integration tests
+#               on a real control plane (built from the Go module proxy on first use)
+#   make demo   a local control plane, the controller, the sample jobs and their PodGroups
+.PHONY: test lint unit integration binaries demo build release
+
+CARGO ?= cargo
+
+test: lint binaries
+	$(CARGO) test --all-targets
+
+lint:
+	$(CARGO) fmt --check
+	$(CARGO) clippy --all-targets -- -D warnings
+
+unit:
+	$(CARGO) test --lib
+
+# The control-plane binaries and CRDs (idempotent; cached under ~/.cache/podgroup-sync).
+binaries:
+	tests/cluster/get-binaries.sh >/dev/null
+
+integration: binaries
+	$(CARGO) test --tests
+
+build:
+	$(CARGO) build
+
+release:
+	$(CARGO) build --release --locked
+
+demo: binaries
+	hack/demo.sh
