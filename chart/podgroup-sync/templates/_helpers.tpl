@@ -63,11 +63,10 @@ app.kubernetes.io/part-of: podgroup-sync
 {{/*
 The controller's cluster-wide permissions (SPEC §6), the single source of the ClusterRole.
 Each rule is what one part of the controller does, and nothing more; tests/chart.rs removes
-them one at a time and checks that the controller reports the missing permission.
+them one at a time and checks that the controller reports the missing permission. Read-only kinds
+are only listed and watched (by caches), never fetched one by one, so "get" is not granted.
 */}}
 {{- define "podgroup-sync.clusterRules" -}}
-# Read-only kinds are watched through list+watch caches and never fetched one by one, so "get"
-# is not granted.
 # The job kinds (PyTorchJob, TFJob, MPIJob v1 or v2beta1). It never writes a job or its status.
 - apiGroups: ["kubeflow.org"]
   resources: ["pytorchjobs", "tfjobs", "mpijobs"]
@@ -94,10 +93,14 @@ them one at a time and checks that the controller reports the missing permission
 - apiGroups: ["scheduling.x-k8s.io", "scheduling.volcano.sh"]
   resources: ["podgroups"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
-# Events on the jobs: create, and patch to count a repeated Event (its series). kube-rs
-# publishes events.k8s.io/v1 Events; the core group is granted too, so that a client library
-# writing core/v1 Events is not refused.
-- apiGroups: ["events.k8s.io", ""]
+# Events on the jobs: create, and patch to count a repeated Event (its series); list once at
+# start-up, to remember the Events an earlier instance published and not publish them again.
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["list", "create", "patch"]
+# kube-rs publishes events.k8s.io/v1 Events; core/v1 Events may be written too, so that a
+# client library writing the older API is not refused.
+- apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch"]
 {{- end }}
