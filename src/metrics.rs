@@ -6,6 +6,12 @@ use prometheus::{
 };
 
 /// Buckets from a millisecond to ten minutes: reconciles are fast, gangs can wait long.
+/// Gangs of GPU jobs can wait for hours.
+const GANG_WAIT_BUCKETS: &[f64] = &[
+    1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0, 14400.0,
+    28800.0,
+];
+
 const LATENCY_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
     60.0, 120.0, 300.0, 600.0,
@@ -55,8 +61,13 @@ impl Metrics {
             g
         };
         let histogram_vec = |name: &str, help: &str, labels: &[&str]| {
+            let buckets = if name == "podgroup_sync_gang_wait_seconds" {
+                GANG_WAIT_BUCKETS
+            } else {
+                LATENCY_BUCKETS
+            };
             let h = HistogramVec::new(
-                HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec()),
+                HistogramOpts::new(name, help).buckets(buckets.to_vec()),
                 labels,
             )
             .expect("valid metric");
@@ -157,7 +168,7 @@ impl Metrics {
         registry
             .register(Box::new(last_reconcile.clone()))
             .expect("unique metric");
-        Metrics {
+        let m = Metrics {
             registry,
             reconcile_total,
             reconcile_duration,
@@ -175,6 +186,35 @@ impl Metrics {
             leader,
             build_info,
             last_reconcile,
+        };
+        m.zero_known_series();
+        m
+    }
+
+    /// Creates the series that are known in advance at zero, so `increase()` sees their first
+    /// sample (a counter that appears at 1 hides its first event from rate queries).
+    fn zero_known_series(&self) {
+        for b in crate::backend::BACKENDS {
+            for op in ["create", "update", "delete"] {
+                self.podgroup_writes.with_label_values(&[b.as_str(), op]);
+            }
+            self.backend_unavailable.with_label_values(&[b.as_str()]);
+        }
+        for k in crate::job::KINDS {
+            for r in ["ok", "standby", "invalid", "conflict", "error"] {
+                self.reconcile_total.with_label_values(&[k.kind, r]);
+            }
+        }
+        for r in [
+            "GangWaiting",
+            "GangUnschedulable",
+            "BackendUnavailable",
+            "PodGroupConflict",
+            "InvalidSpec",
+            "InvalidBackend",
+            "MissingPodGroupLink",
+        ] {
+            self.events.with_label_values(&["Warning", r]);
         }
     }
 

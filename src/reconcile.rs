@@ -103,7 +103,9 @@ pub struct Context {
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
     events_seen: Mutex<HashMap<(String, String, String), Instant>>,
-    running_seen: Mutex<HashMap<String, ()>>,
+    /// PodGroups this process saw waiting (not Running): the gang wait is measured for these
+    /// only, so a restart does not record every running gang with its whole age.
+    waiting_seen: Mutex<std::collections::HashSet<String>>,
     /// False on a standby replica: it computes nothing and writes nothing.
     pub leading: tokio::sync::watch::Receiver<bool>,
 }
@@ -142,7 +144,7 @@ impl Context {
             recorder,
             metrics,
             events_seen: Mutex::new(HashMap::new()),
-            running_seen: Mutex::new(HashMap::new()),
+            waiting_seen: Mutex::new(Default::default()),
             leading,
         }
     }
@@ -465,7 +467,10 @@ async fn reconcile_inner(
                 return Ok(Outcome::Done);
             }
             apply(ctx, backend, &namespace, &name, &desired, "create").await?;
-            if let Some(created) = obj.meta().creation_timestamp.as_ref() {
+            // Job creation → PodGroup: recreations (resume, a manual delete) are not first creations.
+            let first_creation = obj.meta().generation.is_none_or(|g| g <= 1);
+            if let (true, Some(created)) = (first_creation, obj.meta().creation_timestamp.as_ref())
+            {
                 let secs = Timestamp::now()
                     .duration_since(created.0)
                     .as_secs_f64()
@@ -632,14 +637,20 @@ async fn report_status(
         .map(|t| Duration::try_from(Timestamp::now().duration_since(t.0)).unwrap_or_default())
         .unwrap_or_default();
     if phase == Phase::Running {
-        let first = self_insert(&ctx.running_seen, &pg_uid);
-        if first {
+        if ctx.waiting_seen.lock().expect("lock").remove(&pg_uid) {
             ctx.metrics
                 .gang_wait
                 .with_label_values(&[backend.kind().as_str()])
                 .observe(age.as_secs_f64());
         }
         return Outcome::Done;
+    }
+    if matches!(phase, Phase::Unknown | Phase::Pending | Phase::Scheduling) {
+        let mut waiting = ctx.waiting_seen.lock().expect("lock");
+        if waiting.len() > 100_000 {
+            waiting.clear();
+        }
+        waiting.insert(pg_uid.clone());
     }
     if let Some((reason, message)) = backend.unschedulable(status) {
         ctx.event(
@@ -671,14 +682,6 @@ async fn report_status(
         }
     }
     Outcome::Done
-}
-
-fn self_insert(set: &Mutex<HashMap<String, ()>>, key: &str) -> bool {
-    let mut s = set.lock().expect("lock");
-    if s.len() > 100_000 {
-        s.clear();
-    }
-    s.insert(key.to_string(), ()).is_none()
 }
 
 /// Backoff for API errors: retry soon, the watch also brings the next change.
