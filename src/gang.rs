@@ -704,4 +704,69 @@ mod tests {
             r#"{"cpu":"4750m","memory":"4608Mi","nvidia.com/gpu":"3"}"#
         );
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn tf_job(types: &[(&str, u64, u32)], min_available: Option<i64>, reversed: bool) -> Job {
+            let mut specs = serde_json::Map::new();
+            let mut ordered: Vec<_> = types.to_vec();
+            if reversed {
+                ordered.reverse();
+            }
+            for (t, n, millis) in ordered {
+                specs.insert(
+                    t.to_string(),
+                    json!({"replicas": n, "template": cpu(&format!("{millis}m"))}),
+                );
+            }
+            let mut spec = json!({"tfReplicaSpecs": specs});
+            if let Some(m) = min_available {
+                spec["runPolicy"] = json!({"schedulingPolicy": {"minAvailable": m}});
+            }
+            job(&TFJOB, spec)
+        }
+
+        proptest! {
+            /// For any TFJob: the counted pods are exactly minMember, taken in priority-and-tie
+            /// order; minResources is their sum; the input's key order never changes the output.
+            #[test]
+            fn counted_pods_make_min_member_and_min_resources(
+                ps in 0u64..5, worker in 0u64..50, evaluator in 0u64..3, chief in 0u64..2,
+                millis in proptest::collection::vec(1u32..100_000, 4),
+                min_available in proptest::option::of(1i64..60),
+            ) {
+                let types = [("PS", ps, millis[0]), ("Worker", worker, millis[1]), ("Evaluator", evaluator, millis[2]), ("Chief", chief, millis[3])];
+                let total = ps + worker + evaluator + chief;
+                let j = tf_job(&types, min_available, false);
+                let result = compute(&j, &Priorities::default(), &AdmissionDefaults::default());
+                match (total, min_available) {
+                    (0, _) => prop_assert_eq!(result.unwrap_err(), InvalidJob::ZeroReplicas),
+                    (t, Some(m)) if m as u64 > t => prop_assert_eq!(result.unwrap_err().reason(), "MinAvailableAboveTotal"),
+                    _ => {
+                        let g = result.unwrap();
+                        let counted: u64 = g.members.iter().map(|m| m.counted).sum();
+                        prop_assert_eq!(counted, g.min_member as u64);
+                        prop_assert_eq!(g.min_member as u64, min_available.map_or(total, |m| m as u64));
+                        // Counting is greedy in order: only the last counted type may be partial.
+                        let partial = g.members.iter().filter(|m| m.counted > 0 && m.counted < m.replicas).count();
+                        prop_assert!(partial <= 1);
+                        let expected_millis: u64 = g.members.iter().map(|m| {
+                            let per = types.iter().find(|t| t.0 == m.replica_type).unwrap().2 as u64;
+                            m.counted * per
+                        }).sum();
+                        let want = if expected_millis == 0 { None } else { Some(Quantity::from_nanos(expected_millis as i128 * 1_000_000, crate::quantity::Format::DecimalSI)) };
+                        let got = g.min_resources.to_k8s().get("cpu").map(|q| Quantity::parse_k8s(q).unwrap());
+                        prop_assert_eq!(got, want);
+                        let reordered = compute(&tf_job(&types, min_available, true), &Priorities::default(), &AdmissionDefaults::default()).unwrap();
+                        prop_assert_eq!(
+                            serde_json::to_string(&reordered.min_resources.to_k8s()).unwrap(),
+                            serde_json::to_string(&g.min_resources.to_k8s()).unwrap()
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
