@@ -186,52 +186,50 @@ async fn mpijob_v2beta1_on_volcano() {
     lifecycle(Kind::MPIJob, Backend::Volcano).await;
 }
 
-#[tokio::test]
-async fn namespace_annotation_off_removes_on_creates_dry_run_only_reports() {
-    let (client, ns) = setup("toggle", &[ENABLED]).await;
-    let b = Backend::SchedulerPlugins;
-    jobs::create(
-        &client,
-        &ns,
-        Kind::PyTorchJob,
-        &jobs::job(Kind::PyTorchJob, b, "t", 1),
-    )
-    .await;
-    wait_pg(&client, &ns, b, "t", "created", |_| true).await;
+const COMBINATIONS: [(Kind, Backend); 6] = [
+    (Kind::PyTorchJob, Backend::SchedulerPlugins),
+    (Kind::PyTorchJob, Backend::Volcano),
+    (Kind::TFJob, Backend::SchedulerPlugins),
+    (Kind::TFJob, Backend::Volcano),
+    (Kind::MPIJob, Backend::SchedulerPlugins),
+    (Kind::MPIJob, Backend::Volcano),
+];
 
-    let set_mode = |mode: &'static str| {
-        let client = client.clone();
-        let ns = ns.clone();
-        async move {
-            let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client);
-            api.patch(
-                &ns,
-                &kube::api::PatchParams::default(),
-                &kube::api::Patch::Merge(
-                    json!({"metadata": {"annotations": {"podgroup-sync.io/enabled": mode}}}),
-                ),
-            )
-            .await
-            .expect("annotate namespace");
-        }
-    };
-    set_mode("false").await;
+async fn set_mode(client: &Client, ns: &str, mode: &str) {
+    let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client.clone());
+    api.patch(
+        ns,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(
+            json!({"metadata": {"annotations": {"podgroup-sync.io/enabled": mode}}}),
+        ),
+    )
+    .await
+    .expect("annotate namespace");
+}
+
+async fn toggle(kind: Kind, b: Backend) {
+    let (client, ns) = setup(&format!("toggle-{kind:?}-{b:?}"), &[ENABLED]).await;
+    jobs::create(&client, &ns, kind, &jobs::job(kind, b, "t", 1)).await;
+    wait_pg(&client, &ns, b, "t", "created", |_| true).await;
+    set_mode(&client, &ns, "false").await;
     wait_pg_gone(&client, &ns, b, "t", "namespace turned off").await;
-    set_mode("dry-run").await;
+    set_mode(&client, &ns, "dry-run").await;
     let ev = jobs::wait_event(&client, &ns, "t", "WouldCreatePodGroup").await;
-    assert!(
-        ev.note
-            .as_deref()
-            .unwrap_or_default()
-            .contains("\"minMember\":2"),
-        "{ev:?}"
-    );
+    let note = ev.note.as_deref().unwrap_or_default();
+    assert!(note.contains("\"minMember\":2"), "{kind:?}/{b:?}: {note}");
     assert!(
         jobs::get_pg(&client, &ns, b, "t").await.is_none(),
         "dry-run wrote a PodGroup"
     );
-    set_mode("true").await;
-    wait_pg(&client, &ns, b, "t", "namespace turned on again", |_| true).await;
+    set_mode(&client, &ns, "true").await;
+    let pg = wait_pg(&client, &ns, b, "t", "namespace turned on again", |_| true).await;
+    assert_eq!(spec(&pg), expected_spec(b, 1), "{kind:?}/{b:?}");
+}
+
+#[tokio::test]
+async fn namespace_annotation_off_removes_on_creates_dry_run_only_reports() {
+    futures::future::join_all(COMBINATIONS.map(|(k, b)| toggle(k, b))).await;
 }
 
 #[tokio::test]
@@ -272,12 +270,10 @@ async fn a_job_in_a_namespace_without_the_annotation_is_never_touched() {
     );
 }
 
-#[tokio::test]
-async fn a_foreign_pod_group_of_the_same_name_is_left_untouched() {
-    let (client, ns) = setup("conflict", &[ENABLED]).await;
-    let b = Backend::SchedulerPlugins;
+async fn conflict(kind: Kind, b: Backend) {
+    let (client, ns) = setup(&format!("conflict-{kind:?}-{b:?}"), &[ENABLED]).await;
     let foreign: kube::api::DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+        "apiVersion": b.ar().api_version, "kind": "PodGroup",
         "metadata": {"name": "taken"}, "spec": {"minMember": 7}
     }))
     .unwrap();
@@ -285,13 +281,7 @@ async fn a_foreign_pod_group_of_the_same_name_is_left_untouched() {
         .create(&kube::api::PostParams::default(), &foreign)
         .await
         .expect("create foreign PodGroup");
-    jobs::create(
-        &client,
-        &ns,
-        Kind::PyTorchJob,
-        &jobs::job(Kind::PyTorchJob, b, "taken", 1),
-    )
-    .await;
+    jobs::create(&client, &ns, kind, &jobs::job(kind, b, "taken", 1)).await;
     let ev = jobs::wait_event(&client, &ns, "taken", "PodGroupConflict").await;
     assert_eq!(ev.type_.as_deref(), Some("Warning"));
     let now = jobs::get_pg(&client, &ns, b, "taken")
@@ -299,9 +289,18 @@ async fn a_foreign_pod_group_of_the_same_name_is_left_untouched() {
         .expect("still there");
     assert_eq!(
         now.metadata.resource_version, created.metadata.resource_version,
-        "the foreign PodGroup was modified"
+        "{kind:?}/{b:?}: the foreign PodGroup was modified"
     );
-    assert_eq!(spec(&now), json!({"minMember": 7}));
+    assert!(
+        now.metadata.owner_references.is_none(),
+        "{kind:?}/{b:?}: an owner was added"
+    );
+    assert_eq!(spec(&now)["minMember"], 7);
+}
+
+#[tokio::test]
+async fn a_foreign_pod_group_of_the_same_name_is_left_untouched() {
+    futures::future::join_all(COMBINATIONS.map(|(k, b)| conflict(k, b))).await;
 }
 
 #[tokio::test]
