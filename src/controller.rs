@@ -271,6 +271,8 @@ pub struct Signals {
     pub heartbeat: Arc<std::sync::atomic::AtomicI64>,
     /// Turns true on SIGTERM: finish in-flight reconciles and stop.
     pub shutdown: watch::Receiver<bool>,
+    /// Reconciles in progress (for liveness).
+    pub in_flight: Arc<reconcile::InFlight>,
 }
 
 /// Runs discovery, caches and controllers until `signals.shutdown` turns true.
@@ -287,6 +289,7 @@ pub async fn run(
         leading,
         heartbeat,
         mut shutdown,
+        in_flight,
     } = signals;
     let (triggers, _) = broadcast::channel::<Trigger>(16_384);
     let mut tasks = Vec::new();
@@ -369,6 +372,7 @@ pub async fn run(
         recorder,
         metrics.clone(),
         leading.clone(),
+        in_flight,
     ));
     remember_published_events(&client, &ctx).await;
     // A new leader looks at every job: as a standby it skipped them.

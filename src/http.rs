@@ -23,8 +23,11 @@ pub struct Health {
     pub readiness: Readiness,
     /// Unix time of the controller loop's last turn (it turns every discovery interval).
     pub heartbeat: Arc<std::sync::atomic::AtomicI64>,
-    /// Liveness fails when the loop has not turned for this long: the runtime is wedged.
+    /// Liveness fails when the controller loop has not turned for this long: the runtime is wedged.
     pub wedged_after: Duration,
+    /// Liveness fails when one reconcile has been running this long: the reconcile loop is wedged.
+    pub reconcile_stuck_after: Duration,
+    pub in_flight: Arc<crate::reconcile::InFlight>,
 }
 
 impl Health {

@@ -18,7 +18,7 @@ use podgroup_sync::explain::explain;
 use podgroup_sync::http::{self, Health};
 use podgroup_sync::leader::{self, LeaseConfig};
 use podgroup_sync::metrics::Metrics;
-use podgroup_sync::reconcile::{ResizePolicy, Settings};
+use podgroup_sync::reconcile::{InFlight, ResizePolicy, Settings};
 
 /// Gang-scheduling PodGroups for Kubeflow training jobs (PyTorchJob, TFJob, MPIJob), owned by a
 /// standalone controller, for scheduler-plugins coscheduling and Volcano.
@@ -284,11 +284,15 @@ async fn controller_main(args: RunArgs) -> Result<(), Box<dyn std::error::Error>
     let metrics = Arc::new(Metrics::new());
     let readiness = Readiness::default();
     let heartbeat = Arc::new(AtomicI64::new(0));
+    let in_flight = Arc::new(InFlight::default());
     let health = Health {
         metrics: metrics.clone(),
         readiness: readiness.clone(),
         heartbeat: heartbeat.clone(),
-        wedged_after: Duration::from_secs(args.discovery_interval_seconds.max(10) * 4),
+        wedged_after: Duration::from_secs((args.discovery_interval_seconds * 4).max(120)),
+        // Longer than any API call (kube's read timeout is under 5 minutes) can hold a reconcile.
+        reconcile_stuck_after: Duration::from_secs(600),
+        in_flight: in_flight.clone(),
     };
     let listener = tokio::net::TcpListener::bind(args.http_addr).await?;
     tokio::spawn(http::serve(listener, health));
@@ -375,6 +379,7 @@ async fn controller_main(args: RunArgs) -> Result<(), Box<dyn std::error::Error>
             leading: leading_rx,
             heartbeat,
             shutdown: shutdown_rx,
+            in_flight,
         },
     );
     match election {

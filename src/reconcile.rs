@@ -95,6 +95,44 @@ impl Caches {
     }
 }
 
+/// Reconciles in progress, for liveness: one stuck far longer than any API call could take
+/// means the reconcile loop is wedged.
+#[derive(Default)]
+pub struct InFlight {
+    next: std::sync::atomic::AtomicU64,
+    started: Mutex<BTreeMap<u64, Instant>>,
+}
+
+/// Removes its reconcile from [`InFlight`] when dropped.
+pub struct InFlightGuard<'a>(&'a InFlight, u64);
+
+impl Drop for InFlightGuard<'_> {
+    fn drop(&mut self) {
+        self.0.started.lock().expect("lock").remove(&self.1);
+    }
+}
+
+impl InFlight {
+    pub fn enter(&self) -> InFlightGuard<'_> {
+        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.started
+            .lock()
+            .expect("lock")
+            .insert(id, Instant::now());
+        InFlightGuard(self, id)
+    }
+
+    /// How long the oldest reconcile in progress has been running.
+    pub fn oldest(&self) -> Option<Duration> {
+        self.started
+            .lock()
+            .expect("lock")
+            .values()
+            .map(|t| t.elapsed())
+            .max()
+    }
+}
+
 /// Shared by every job kind's controller.
 pub struct Context {
     pub client: Client,
@@ -108,6 +146,7 @@ pub struct Context {
     waiting_seen: Mutex<std::collections::HashSet<String>>,
     /// False on a standby replica: it computes nothing and writes nothing.
     pub leading: tokio::sync::watch::Receiver<bool>,
+    pub in_flight: Arc<InFlight>,
 }
 
 /// What went wrong talking to the API server; retried with backoff.
@@ -136,8 +175,10 @@ impl Context {
         recorder: Recorder,
         metrics: Arc<Metrics>,
         leading: tokio::sync::watch::Receiver<bool>,
+        in_flight: Arc<InFlight>,
     ) -> Self {
         Context {
+            in_flight,
             client,
             settings,
             caches,
@@ -232,7 +273,9 @@ pub async fn reconcile(
     kind: &'static JobKind,
 ) -> Result<Action, Error> {
     let started = Instant::now();
+    let guard = ctx.in_flight.enter();
     let result = reconcile_inner(&obj, &ctx, kind).await;
+    drop(guard);
     let label = match &result {
         Ok(o) => o.label(),
         Err(_) => "error",
