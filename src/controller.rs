@@ -28,6 +28,8 @@ use crate::enablement::Mode;
 use crate::job::{JobKind, KINDS};
 use crate::reconcile::{self, Caches, Context};
 
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
 /// A reason to look at jobs again, sent by the context watchers to every job controller.
 #[derive(Debug, Clone)]
 pub enum Trigger {
@@ -145,14 +147,17 @@ fn spawn_pod_group_reflector(
     let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
     let reader = writer.as_reader();
     let api: Api<DynamicObject> = Api::all_with(client, &ar);
-    // Only the fields podgroup-sync reads are kept in memory.
+    // Only what podgroup-sync reads is kept in memory.
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
         .modify(|pg: &mut DynamicObject| {
-            pg.metadata
-                .annotations
-                .as_mut()
-                .map(|a| a.remove("kubectl.kubernetes.io/last-applied-configuration"));
+            if let Some(a) = pg.metadata.annotations.as_mut() {
+                a.remove(LAST_APPLIED);
+            }
+            // Its own field-manager entry says which fields it applied; the others are not read.
+            if let Some(m) = pg.metadata.managed_fields.as_mut() {
+                m.retain(|e| e.manager.as_deref() == Some(reconcile::FIELD_MANAGER));
+            }
         });
     let stream = reflector::reflector(writer, stream);
     let handle = tokio::spawn(async move {
@@ -597,10 +602,22 @@ fn spawn_kind_controller(
         plural: kind.plural.into(),
     };
     let api: Api<DynamicObject> = Api::all_with(client, &ar);
-    let controller =
-        Controller::new_with(api, watcher::Config::default().any_semantic(), ar.clone())
-            .with_config(kube::runtime::controller::Config::default().concurrency(concurrency));
-    let jobs = controller.store();
+    let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
+    let jobs = writer.as_reader();
+    // The cache keeps what a reconcile reads: field-manager bookkeeping and the last-applied
+    // copy of the whole job are dropped (they can double a job's size).
+    let stream = watcher(api, watcher::Config::default().any_semantic())
+        .default_backoff()
+        .modify(|job: &mut DynamicObject| {
+            job.metadata.managed_fields = None;
+            if let Some(a) = job.metadata.annotations.as_mut() {
+                a.remove(LAST_APPLIED);
+            }
+        })
+        .reflect(writer)
+        .applied_objects();
+    let controller = Controller::for_stream_with(stream, jobs.clone(), ar.clone())
+        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency));
     let controller = controller
         .reconcile_on(job_refs(triggers, jobs, kind, ar))
         .graceful_shutdown_on(async move {
