@@ -28,6 +28,9 @@ use crate::enablement::Mode;
 use crate::job::{JobKind, KINDS};
 use crate::reconcile::{self, Caches, Context};
 
+/// How long a SIGTERM waits for in-flight reconciles.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// A reason to look at jobs again, sent by the context watchers to every job controller.
@@ -105,6 +108,7 @@ fn spawn_reflector<K>(
     wc: watcher::Config,
     triggers: broadcast::Sender<Trigger>,
     to_trigger: impl Fn(&K) -> Option<Trigger> + Send + Sync + 'static,
+    metrics: Arc<crate::metrics::Metrics>,
 ) -> (Store<K>, JoinHandle<()>)
 where
     K: Resource<DynamicType = ()>
@@ -128,7 +132,11 @@ where
                             let _ = triggers.send(t);
                         }
                     }
-                    Err(e) => warn!(error = %e, "watch error"),
+                    Err(e) => {
+                        let resource = K::plural(&()).to_string();
+                        metrics.watch_errors.with_label_values(&[&resource]).inc();
+                        warn!(%resource, error = %e, "watch error");
+                    }
                 }
                 future::ready(())
             })
@@ -142,6 +150,7 @@ fn spawn_pod_group_reflector(
     client: Client,
     backend: BackendKind,
     triggers: broadcast::Sender<Trigger>,
+    metrics: Arc<crate::metrics::Metrics>,
 ) -> (Store<DynamicObject>, JoinHandle<()>) {
     let ar = backend.backend().api_resource();
     let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
@@ -174,7 +183,11 @@ fn spawn_pod_group_reflector(
                         }
                     }
                     Ok(_) => {}
-                    Err(e) => warn!(backend = %backend, error = %e, "PodGroup watch error"),
+                    Err(e) => {
+                        let resource = format!("podgroups.{}", backend.backend().group());
+                        metrics.watch_errors.with_label_values(&[&resource]).inc();
+                        warn!(%resource, error = %e, "PodGroup watch error");
+                    }
                 }
                 future::ready(())
             })
@@ -253,16 +266,50 @@ pub struct RuntimeSettings {
     pub discovery_interval: Duration,
 }
 
-/// Readiness: true once discovery ran and every cache synced.
+/// Readiness: true once discovery ran and every cache — jobs of each watched kind included —
+/// synced.
 #[derive(Clone, Default)]
-pub struct Readiness(Arc<AtomicBool>);
+pub struct Readiness {
+    discovered: Arc<AtomicBool>,
+    unsynced_job_caches: Arc<std::sync::atomic::AtomicUsize>,
+}
 
 impl Readiness {
     pub fn is_ready(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
+        self.discovered.load(Ordering::Relaxed)
+            && self.unsynced_job_caches.load(Ordering::Relaxed) == 0
     }
     fn set(&self, v: bool) {
-        self.0.store(v, Ordering::Relaxed)
+        self.discovered.store(v, Ordering::Relaxed)
+    }
+    /// Holds readiness back until the returned gate opens: at a job cache's first complete
+    /// list, or when its watch is dropped (its CRD went away).
+    fn track(&self) -> JobCacheGate {
+        self.unsynced_job_caches.fetch_add(1, Ordering::Relaxed);
+        JobCacheGate {
+            unsynced: self.unsynced_job_caches.clone(),
+            opened: std::sync::Once::new(),
+        }
+    }
+}
+
+/// See [`Readiness::track`].
+struct JobCacheGate {
+    unsynced: Arc<std::sync::atomic::AtomicUsize>,
+    opened: std::sync::Once,
+}
+
+impl JobCacheGate {
+    fn open(&self) {
+        self.opened.call_once(|| {
+            self.unsynced.fetch_sub(1, Ordering::Relaxed);
+        });
+    }
+}
+
+impl Drop for JobCacheGate {
+    fn drop(&mut self) {
+        self.open();
     }
 }
 
@@ -304,6 +351,7 @@ pub async fn run(
         triggers.clone(),
         // Any namespace change may flip its mode or backend.
         |n: &Namespace| Some(Trigger::Namespace(n.name_any())),
+        metrics.clone(),
     );
     tasks.push(h);
     let (limit_ranges, h) = spawn_reflector(
@@ -311,6 +359,7 @@ pub async fn run(
         watcher::Config::default(),
         triggers.clone(),
         |l: &LimitRange| l.namespace().map(Trigger::Namespace),
+        metrics.clone(),
     );
     tasks.push(h);
     let (priority_classes, h) = spawn_reflector(
@@ -318,6 +367,7 @@ pub async fn run(
         watcher::Config::default(),
         triggers.clone(),
         |_| Some(Trigger::All),
+        metrics.clone(),
     );
     tasks.push(h);
     let (runtime_classes, h) = spawn_reflector(
@@ -325,40 +375,36 @@ pub async fn run(
         watcher::Config::default(),
         triggers.clone(),
         |_| Some(Trigger::All),
+        metrics.clone(),
     );
     tasks.push(h);
-    for (what, ready) in [
-        (
-            "namespaces",
-            tokio::spawn({
-                let s = namespaces.clone();
-                async move { s.wait_until_ready().await.is_ok() }
-            }),
-        ),
-        (
-            "limitranges",
-            tokio::spawn({
-                let s = limit_ranges.clone();
-                async move { s.wait_until_ready().await.is_ok() }
-            }),
-        ),
-        (
-            "priorityclasses",
-            tokio::spawn({
-                let s = priority_classes.clone();
-                async move { s.wait_until_ready().await.is_ok() }
-            }),
-        ),
-        (
-            "runtimeclasses",
-            tokio::spawn({
-                let s = runtime_classes.clone();
-                async move { s.wait_until_ready().await.is_ok() }
-            }),
-        ),
-    ] {
-        if !ready.await.unwrap_or(false) {
+    let synced = async {
+        let waits = [
+            ("namespaces", namespaces.wait_until_ready().await.is_ok()),
+            ("limitranges", limit_ranges.wait_until_ready().await.is_ok()),
+            (
+                "priorityclasses",
+                priority_classes.wait_until_ready().await.is_ok(),
+            ),
+            (
+                "runtimeclasses",
+                runtime_classes.wait_until_ready().await.is_ok(),
+            ),
+        ];
+        waits.into_iter().find(|(_, ok)| !ok).map(|(what, _)| what)
+    };
+    // A cache that cannot load (e.g. RBAC forbids the list) keeps readiness false; SIGTERM
+    // still stops the process at once.
+    tokio::select! {
+        failed = synced => if let Some(what) = failed {
             return Err(RunError::CacheSync(what));
+        },
+        _ = shutdown.wait_for(|stop| *stop) => {
+            info!("shut down before the caches synced");
+            for h in tasks {
+                h.abort();
+            }
+            return Ok(());
         }
     }
     info!("namespace, LimitRange, PriorityClass and RuntimeClass caches synced");
@@ -397,7 +443,7 @@ pub async fn run(
     let mut kind_tasks: BTreeMap<(&'static str, &'static str), JoinHandle<()>> = BTreeMap::new();
     let mut first = true;
     let mut last_served: Option<Served> = None;
-    loop {
+    'discovery: loop {
         match discover(&client).await {
             Ok(served) => {
                 if last_served.as_ref() != Some(&served) {
@@ -410,11 +456,22 @@ pub async fn run(
                             .set(is as i64);
                         match (is, backend_tasks.contains_key(&b)) {
                             (true, false) => {
-                                let (store, h) =
-                                    spawn_pod_group_reflector(client.clone(), b, triggers.clone());
-                                if store.wait_until_ready().await.is_err() {
-                                    warn!(backend = %b, "PodGroup cache could not sync");
+                                let (store, h) = spawn_pod_group_reflector(
+                                    client.clone(),
+                                    b,
+                                    triggers.clone(),
+                                    metrics.clone(),
+                                );
+                                let synced = tokio::select! {
+                                    r = store.wait_until_ready() => r.is_ok(),
+                                    _ = shutdown.wait_for(|stop| *stop) => false,
+                                };
+                                if !synced {
                                     h.abort();
+                                    if *shutdown.borrow() {
+                                        break 'discovery;
+                                    }
+                                    warn!(backend = %b, "PodGroup cache could not sync");
                                     continue;
                                 }
                                 caches.pod_groups.write().expect("lock").insert(b, store);
@@ -463,6 +520,7 @@ pub async fn run(
                                     triggers.subscribe(),
                                     rt.concurrency,
                                     shutdown.clone(),
+                                    &readiness,
                                 );
                                 kind_tasks.insert(key, h);
                                 info!(kind = kind.kind, version = kind.version, "watching jobs");
@@ -503,15 +561,22 @@ pub async fn run(
             Ordering::Relaxed,
         );
         tokio::select! {
-            _ = shutdown.changed() => break,
+            _ = shutdown.wait_for(|stop| *stop) => break,
             _ = tokio::time::sleep(rt.discovery_interval) => {}
         }
     }
     info!("shutting down: finishing in-flight reconciles");
     readiness.set(false);
     // The controllers saw the same signal and stop after their in-flight reconciles.
-    for (_, h) in kind_tasks {
-        let _ = h.await;
+    for ((kind, _), mut h) in kind_tasks {
+        if tokio::time::timeout(SHUTDOWN_GRACE, &mut h).await.is_err() {
+            warn!(
+                kind,
+                "reconciles still running after {}s; stopping them",
+                SHUTDOWN_GRACE.as_secs()
+            );
+            h.abort();
+        }
     }
     for h in backend_tasks.into_values().chain(tasks) {
         h.abort();
@@ -593,6 +658,7 @@ fn spawn_kind_controller(
     triggers: broadcast::Receiver<Trigger>,
     concurrency: u16,
     mut shutdown: watch::Receiver<bool>,
+    readiness: &Readiness,
 ) -> JoinHandle<()> {
     let ar = ApiResource {
         group: kind.group.into(),
@@ -606,8 +672,15 @@ fn spawn_kind_controller(
     let jobs = writer.as_reader();
     // The cache keeps what a reconcile reads: field-manager bookkeeping and the last-applied
     // copy of the whole job are dropped (they can double a job's size).
+    // Readiness follows the watcher's own end-of-initial-list event.
+    let gate = readiness.track();
     let stream = watcher(api, watcher::Config::default().any_semantic())
         .default_backoff()
+        .inspect(move |event| {
+            if let Ok(watcher::Event::InitDone) = event {
+                gate.open();
+            }
+        })
         .modify(|job: &mut DynamicObject| {
             job.metadata.managed_fields = None;
             if let Some(a) = job.metadata.annotations.as_mut() {
@@ -623,6 +696,7 @@ fn spawn_kind_controller(
         .graceful_shutdown_on(async move {
             let _ = shutdown.wait_for(|stop| *stop).await;
         });
+    let metrics = ctx.metrics.clone();
     tokio::spawn(async move {
         controller
             .run(
@@ -630,7 +704,14 @@ fn spawn_kind_controller(
                 reconcile::error_policy,
                 ctx,
             )
-            .for_each(|_| future::ready(()))
+            .for_each(|result| {
+                // Reconcile errors are logged by the error policy; watch errors are logged here.
+                if let Err(kube::runtime::controller::Error::QueueError(e)) = result {
+                    metrics.watch_errors.with_label_values(&[kind.plural]).inc();
+                    warn!(resource = kind.plural, error = %e, "watch error");
+                }
+                future::ready(())
+            })
             .await;
     })
 }

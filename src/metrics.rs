@@ -32,6 +32,7 @@ pub struct Metrics {
     pub backend_served: IntGaugeVec,
     pub backend_unavailable: IntCounterVec,
     pub events: IntCounterVec,
+    pub watch_errors: IntCounterVec,
     pub leader: IntGauge,
     pub build_info: IntGaugeVec,
     pub last_reconcile: prometheus::Gauge,
@@ -144,6 +145,11 @@ impl Metrics {
             "Kubernetes Events emitted on jobs, by type and reason.",
             &["type", "reason"],
         );
+        let watch_errors = counter_vec(
+            "podgroup_sync_watch_errors_total",
+            "Errors listing or watching a resource (e.g. RBAC forbids it), by resource.",
+            &["resource"],
+        );
         let leader = IntGauge::new(
             "podgroup_sync_leader",
             "1 while this instance holds the leader Lease and may write.",
@@ -183,6 +189,7 @@ impl Metrics {
             backend_served,
             backend_unavailable,
             events,
+            watch_errors,
             leader,
             build_info,
             last_reconcile,
@@ -251,6 +258,7 @@ impl Metrics {
         add(self.backend_served.desc());
         add(self.backend_unavailable.desc());
         add(self.events.desc());
+        add(self.watch_errors.desc());
         add(self.build_info.desc());
         out
     }
