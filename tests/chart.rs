@@ -1533,6 +1533,10 @@ async fn removing_any_single_rule_makes_the_controller_name_the_missing_permissi
                 "USED"
             }
         };
+        // The leader hands over on SIGTERM whatever it is missing.
+        if o.exited.is_none() && o.sigterm_exit.is_none() {
+            failures.push(format!("{}: SIGTERM ignored (killed after 30s)", r.name()));
+        }
         writeln!(
             report,
             "- {:<40} {verdict}; ready={} podgroup-created={} reconcile-errors={} sigterm={}\n    {}",
