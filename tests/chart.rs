@@ -230,7 +230,6 @@ fn expected_cluster_triples() -> BTreeSet<(String, String, String)> {
     add("scheduling.x-k8s.io", &["podgroups"], &pg_verbs);
     add("scheduling.volcano.sh", &["podgroups"], &pg_verbs);
     add("events.k8s.io", &["events"], &["list", "create", "patch"]);
-    add("", &["events"], &["create", "patch"]);
     want
 }
 
@@ -1441,10 +1440,6 @@ async fn removing_any_single_rule_makes_the_controller_name_the_missing_permissi
         rm("events.k8s.io", "events", "create"),
         rm("events.k8s.io", "events", "patch"),
         rm("events.k8s.io", "events", "list"),
-        Removal {
-            unused: true,
-            ..rm("", "events", "create")
-        },
         lease("get"),
         lease("update"),
         lease("create"),

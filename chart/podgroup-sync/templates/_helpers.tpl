@@ -98,11 +98,6 @@ are only listed and watched (by caches), never fetched one by one, so "get" is n
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["list", "create", "patch"]
-# kube-rs publishes events.k8s.io/v1 Events; core/v1 Events may be written too, so that a
-# client library writing the older API is not refused.
-- apiGroups: [""]
-  resources: ["events"]
-  verbs: ["create", "patch"]
 {{- end }}
 
 {{/* The leader-election permissions, in the release namespace only. */}}
