@@ -11,6 +11,9 @@ WORKDIR /src
 # Only what the build reads; Cargo.lock makes the dependency set exact (--locked).
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
+# The manifest names the e2e test and the benchmark explicitly; cargo wants their files present.
+COPY tests/e2e.rs ./tests/e2e.rs
+COPY benches ./benches
 # Cache mounts keep the registry and target dir between builds without putting them in a layer.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
