@@ -63,7 +63,7 @@ say "events podgroup-sync reported on the jobs"
 k -n demo get events --field-selector reportingComponent=podgroup-sync -o custom-columns='OBJECT:.involvedObject.name,TYPE:.type,REASON:.reason,MESSAGE:.message' 2>/dev/null || true
 
 say "metrics (excerpt)"
-curl -fs "http://127.0.0.1:$PORT/metrics" | grep -E '^podgroup_sync_(podgroup_writes_total|reconcile_total|watched_kinds|backend_served)' || true
+curl -fs "http://127.0.0.1:$PORT/metrics" | grep -E '^podgroup_sync_(podgroup_writes_total|reconcile_total|watched_kinds|backend_served)' | grep -v ' 0$' || true
 
 if [ $KEEP = 1 ]; then
   say "left running: export KUBECONFIG=$KUBECONFIG; stop with: kill $CTRL_PID; tests/cluster/stop.sh $W"
