@@ -2,7 +2,9 @@
 #   make test   everything CI checks: formatting, clippy, unit tests, and the integration tests
 #               on a real control plane (built from the Go module proxy on first use)
 #   make demo   a local control plane, the controller, the sample jobs and their PodGroups
-.PHONY: test lint unit integration binaries demo build release
+#   make e2e    the end-to-end tier: kwok nodes, the scheduler-plugins and Volcano schedulers,
+#               training-operator and mpi-operator (gang mode off), all built from the Go proxy
+.PHONY: test lint unit integration binaries e2e demo build release
 
 CARGO ?= cargo
 
@@ -22,6 +24,10 @@ binaries:
 
 integration: binaries
 	$(CARGO) test --tests
+
+e2e: binaries
+	tests/e2e/get-e2e-binaries.sh >/dev/null
+	$(CARGO) test --test e2e
 
 build:
 	$(CARGO) build

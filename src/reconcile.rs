@@ -258,12 +258,22 @@ fn truncate(mut s: String, max: usize) -> String {
     s
 }
 
-/// Whether `pg` is controlled by the job with this UID.
-fn controlled_by(pg: &DynamicObject, uid: &str) -> bool {
-    pg.metadata.owner_references.as_ref().is_some_and(|refs| {
+/// Whether podgroup-sync owns `pg` for the job with this UID: the job is its controller and it
+/// carries the managed-by label. A PodGroup the job controls without the label was made by
+/// someone else — an operator whose gang mode is still on, or Volcano's own `podgroup-<uid>`
+/// for pods without a group annotation — and is never touched.
+fn ours(pg: &DynamicObject, uid: &str) -> bool {
+    let controlled = pg.metadata.owner_references.as_ref().is_some_and(|refs| {
         refs.iter()
             .any(|r| r.controller == Some(true) && r.uid == uid)
-    })
+    });
+    let labelled = pg
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(MANAGED_BY_LABEL))
+        .is_some_and(|v| v == MANAGED_BY_VALUE);
+    controlled && labelled
 }
 
 /// Reconciles one job of `kind`.
@@ -461,7 +471,7 @@ async fn reconcile_inner(
     let desired = backend::desired_object(backend, &job, &gang, &name, existing_spec, freeze, opts);
 
     match existing {
-        Some(pg) if !controlled_by(&pg, &uid) => {
+        Some(pg) if !ours(&pg, &uid) => {
             ctx.metrics.conflicts.inc();
             let owner = pg
                 .metadata
@@ -470,6 +480,17 @@ async fn reconcile_inner(
                 .and_then(|r| r.iter().find(|o| o.controller == Some(true)))
                 .map(|o| format!("{} {}", o.kind, o.name))
                 .unwrap_or_else(|| "no controller".into());
+            let owner = if pg
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.uid == uid)
+            {
+                "this job, but was not made by podgroup-sync (is the operator's own gang scheduling on?)".to_string()
+            } else {
+                owner
+            };
             ctx.event(
                 &job_ref,
                 EventType::Warning,
@@ -622,7 +643,7 @@ async fn delete_owned(
     for (kind, store) in stores {
         let owned = store.state_filter(|pg| {
             pg.metadata.namespace.as_deref() == Some(namespace)
-                && controlled_by(pg, uid)
+                && ours(pg, uid)
                 && keep != Some((kind, pg.metadata.name.as_deref().unwrap_or_default()))
         });
         for pg in owned {

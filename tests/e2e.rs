@@ -179,6 +179,32 @@ async fn b_without_our_pod_group_there_is_no_gang(backend: Backend) {
         })
         .await;
     eprintln!("[{ns}] no link, no gang: {:?}", names_of(&pods));
+    if backend == Backend::Volcano {
+        // Volcano schedules only pods that have a PodGroup: its controller-manager made one of
+        // minMember 1 for the unlinked pods (named after their owner), which is not ours.
+        let pgs = jobs::api(&s.client, &ns, &backend.ar())
+            .list(&Default::default())
+            .await
+            .expect("list Volcano PodGroups")
+            .items;
+        let theirs: Vec<_> = pgs
+            .iter()
+            .filter(|pg| {
+                pg.metadata
+                    .name
+                    .as_deref()
+                    .unwrap_or_default()
+                    .starts_with("podgroup-")
+                    && spec(pg)["minMember"] == 1
+                    && pg
+                        .metadata
+                        .labels
+                        .as_ref()
+                        .is_none_or(|l| !l.contains_key("app.kubernetes.io/managed-by"))
+            })
+            .collect();
+        assert_eq!(theirs.len(), 1, "{}", s.diagnostics());
+    }
 
     // The linked job, created first, with a GPU for each of its pods: nothing bound.
     if backend == Backend::SchedulerPlugins {

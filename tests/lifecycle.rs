@@ -446,3 +446,64 @@ async fn a_recreated_job_of_the_same_name_keeps_its_new_pod_group() {
     .await;
     assert_eq!(spec(&pg)["minMember"], 3);
 }
+
+/// A PodGroup the job controls but podgroup-sync did not make (an operator whose gang mode is
+/// still on; Volcano's own `podgroup-<uid>`) is neither deleted nor modified.
+#[tokio::test]
+async fn a_pod_group_the_job_controls_but_we_did_not_make_is_left_alone() {
+    let (client, ns) = setup("operator-pg", &[]).await;
+    let b = Backend::Volcano;
+    let job = jobs::create(
+        &client,
+        &ns,
+        Kind::TFJob,
+        &jobs::job(Kind::TFJob, b, "op", 1),
+    )
+    .await;
+    let operator_pg: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": b.ar().api_version, "kind": "PodGroup",
+        "metadata": {"name": "op", "ownerReferences": owner_ref_of(&job)},
+        "spec": {"minMember": 2, "queue": "default"}
+    }))
+    .unwrap();
+    let created = jobs::api(&client, &ns, &b.ar())
+        .create(&kube::api::PostParams::default(), &operator_pg)
+        .await
+        .expect("create the operator's PodGroup");
+    // Not enabled: podgroup-sync deletes only what it made.
+    let probe = support::test_namespace(&client, "operator-probe", &[ENABLED]).await;
+    jobs::create(
+        &client,
+        &probe,
+        Kind::TFJob,
+        &jobs::job(Kind::TFJob, b, "probe", 1),
+    )
+    .await;
+    wait_pg(
+        &client,
+        &probe,
+        b,
+        "probe",
+        "the controller is working",
+        |_| true,
+    )
+    .await;
+    // Enabled: a conflict, reported, and still no write.
+    set_mode(&client, &ns, "true").await;
+    let ev = jobs::wait_event(&client, &ns, "op", "PodGroupConflict").await;
+    assert!(
+        ev.note
+            .as_deref()
+            .unwrap_or_default()
+            .contains("not made by podgroup-sync"),
+        "{:?}",
+        ev.note
+    );
+    let now = jobs::get_pg(&client, &ns, b, "op")
+        .await
+        .expect("still there");
+    assert_eq!(
+        now.metadata.resource_version,
+        created.metadata.resource_version
+    );
+}

@@ -3,9 +3,9 @@
 # upstream manifests they need from their Go modules. Idempotent; everything is cached outside
 # the repo, one directory per component, version and Go version:
 #   $PGS_CACHE/bin/<component>-<version>-<goversion>/
-# Each directory holds the binaries (and, for kwok and volcano, the upstream YAML the tests
-# apply); it counts as built only when its `.done` marker (written after a complete build) and every
-# binary are there.
+# Each directory holds the binaries (and, for kwok, scheduler-plugins and volcano, the upstream
+# YAML the tests apply); it counts as built only when its `.done` marker (written after a
+# complete build, naming the recipe) and every binary are there.
 #
 # usage: get-e2e-binaries.sh [COMPONENT...]
 #   COMPONENT: kwok scheduler-plugins volcano training-operator mpi-operator (default: all, in
@@ -13,16 +13,34 @@
 #
 # stdout: NAME=path lines, one per artefact:
 #   KWOK KWOK_STAGES KWOK_STAGE_CRD SCHEDULER_PLUGINS SCHEDULER_PLUGINS_CONTROLLER
-#   SCHEDULER_PLUGINS_CRDS VOLCANO_SCHEDULER VOLCANO_CONTROLLER_MANAGER VOLCANO_CRDS TRAINING_OPERATOR MPI_OPERATOR
+#   SCHEDULER_PLUGINS_CRDS VOLCANO_SCHEDULER VOLCANO_CONTROLLER_MANAGER VOLCANO_CRDS
+#   TRAINING_OPERATOR MPI_OPERATOR
 # stderr: progress, with the wall time of each build that had to run.
-# environment: PGS_CACHE (default ~/.cache/podgroup-sync) and the *_VERSION variables below.
+# environment: PGS_CACHE (default ~/.cache/podgroup-sync) and the variables below.
+# Measured on the 2-core machine (first build; the Go build cache already held the control
+# plane's k8s 1.34.4 packages): kwok 4 min, scheduler-plugins 3.5 min, volcano 5-10 min,
+# training-operator 2.5 min, mpi-operator 3-5 min; with a warm Go build cache 10-30 s each.
 set -euo pipefail
 
 KWOK_VERSION=${KWOK_VERSION:-0.8.0}
 SCHEDULER_PLUGINS_VERSION=${SCHEDULER_PLUGINS_VERSION:-0.34.7}
-VOLCANO_VERSION=${VOLCANO_VERSION:-1.15.1}  # the proxy refuses 1.13.x and 1.14.x
 TRAINING_OPERATOR_VERSION=${TRAINING_OPERATOR_VERSION:-1.9.4}
 MPI_OPERATOR_VERSION=${MPI_OPERATOR_VERSION:-0.8.0}
+# Kubernetes libraries the schedulers are built against, when not the ones their go.mod pins
+# (same minor only). scheduler-plugins v0.34.7 pins k8s 1.34.7, but the proxy refuses some of
+# its staging modules at v0.34.7 (k8s.io/cluster-bootstrap: 403); 1.34.4 is the control plane's
+# version, so its compiled packages are shared with tests/cluster/get-binaries.sh's build.
+SCHEDULER_PLUGINS_K8S=${SCHEDULER_PLUGINS_K8S:-1.34.4}
+# Volcano: every release since 1.14 replaces volcano.sh/apis with its own staging directory (a
+# nested module, absent from the module zip), so the wrapper uses the published volcano.sh/apis.
+# The proxy serves volcano.sh/volcano v1.14.1, v1.15.0 and v1.15.1 but volcano.sh/apis only at
+# v1.9.0, v1.13.0 and v1.14.0 (v1.15.x: 403), and volcano v1.15.1 does not compile against
+# apis v1.14.0 (undefined: QueueAllocationGateKey). So the tier runs Volcano v1.14.1 with
+# volcano.sh/apis v1.14.0; its PodGroup and Queue CRDs equal v1.15.1's but for a generator
+# annotation. It pins k8s 1.34.1; 1.34.4 shares the control plane's compiled packages.
+VOLCANO_VERSION=${VOLCANO_VERSION:-1.14.1}
+VOLCANO_APIS_VERSION=${VOLCANO_APIS_VERSION:-v1.14.0}
+VOLCANO_K8S=${VOLCANO_K8S:-1.34.4}
 
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
 PGS_CACHE=${PGS_CACHE:-$HOME/.cache/podgroup-sync}
@@ -47,20 +65,27 @@ modjson() {
   python3 -c "import json,sys; print(json.load(sys.stdin)['$2'])" <<<"$out"
 }
 
-# replace_flags GOMOD LOCALVERSION: `go mod edit` flags copying GOMOD's replace directives; a
-# local-path replace (a nested module of the same repository) becomes that module at LOCALVERSION.
+# replace_flags GOMOD LOCALVERSION [K8S]: `go mod edit` flags copying GOMOD's replace
+# directives; a local-path replace (a nested module of the same repository) becomes that module
+# at LOCALVERSION. With K8S (e.g. 1.34.4), k8s.io/kubernetes is replaced by v$K8S and every
+# k8s.io/* module replaced at v0.<same minor>.* by v0.<K8S minor.patch>.
 replace_flags() {
   go mod edit -json "$1" | python3 -c '
 import json, sys
-local = sys.argv[1]
+local, pin = sys.argv[1], sys.argv[2]
 for r in json.load(sys.stdin).get("Replace") or []:
     o, n = r["Old"], r["New"]
     old = o["Path"] + ("@" + o["Version"] if o.get("Version") else "")
     if n.get("Version"):
-        print("-replace=%s=%s@%s" % (old, n["Path"], n["Version"]))
+        ver = n["Version"]
+        if pin and n["Path"] == "k8s.io/kubernetes":
+            ver = "v" + pin
+        elif pin and n["Path"].startswith("k8s.io/") and ver.startswith("v0.%s." % pin.split(".")[1]):
+            ver = "v0." + pin.split(".", 1)[1]
+        print("-replace=%s=%s@%s" % (old, n["Path"], ver))
     else:
         print("-replace=%s=%s@%s" % (old, o["Path"], local))
-' "$2"
+' "$2" "${3:-}"
 }
 
 # k8s_ldflags K8S_VERSION: the version variables kube-scheduler-based binaries derive their
@@ -87,41 +112,38 @@ sys.exit("no k8s.io/kubernetes in " + sys.argv[1])
 ' "$1"
 }
 
-# built DIR BINARY...: DIR holds a complete build (its marker and every binary).
+# built DIR RECIPE BINARY...: DIR holds a complete build (its marker and every binary) made by
+# the same RECIPE (e.g. the Kubernetes version a scheduler was built against).
 built() {
-  local dir=$1 b; shift
-  [ -f "$dir/.done" ] || return 1
+  local dir=$1 recipe=$2 b; shift 2
+  [ -f "$dir/.done" ] && [ "$(cat "$dir/.done")" = "$recipe" ] || return 1
   for b in "$@"; do [ -x "$dir/$b" ] || return 1; done
 }
 
 T_BUILD=0
 begin() { T_BUILD=$SECONDS; log "building $1 (cold: several minutes on 2 cores)"; }
-finish() {  # finish DIR NAME: mark DIR complete and record the build's wall time
+finish() {  # finish DIR NAME RECIPE: mark DIR complete and record the build's wall time
   local s=$(( SECONDS - T_BUILD ))
   echo "$s" > "$1/.build-seconds"
-  touch "$1/.done"
+  echo "$3" > "$1/.done"
   log "built $2 in ${s}s"
 }
 
-# go_install DIR MODULE VERSION PKG: for modules without replace directives.
-go_install() {
-  local dir=$1 mod=$2 ver=$3 pkg=$4
-  rm -rf "$dir/.gobin"; mkdir -p "$dir/.gobin"
-  ( cd /tmp && GOFLAGS='' GOBIN="$dir/.gobin" go install -trimpath -ldflags "-s -w" "$pkg@v$ver" )
-  mv "$dir"/.gobin/* "$dir/"; rmdir "$dir/.gobin"
-}
-
-# wrapper_build DIR NAME MODULE VERSION LOCALVERSION LDFLAGS PKG...: a throw-away module that
-# requires MODULE, repeats its go/godebug lines and replace directives, and builds PKG...
+# wrapper_build DIR NAME MODULE VERSION LOCALVERSION K8S LDFLAGS PKG...: a throw-away module
+# that requires MODULE, repeats its go/godebug lines and replace directives (see replace_flags
+# for LOCALVERSION and K8S), and builds PKG... Used for every component, also those without
+# replace directives: `go install PKG@VERSION` also reads the module's version list to check for
+# deprecation, and the proxy refuses that list for some modules (github.com/kubeflow/mpi-operator:
+# 403), while exact versions resolve.
 wrapper_build() {
-  local dir=$1 name=$2 mod=$3 ver=$4 localver=$5 ldflags=$6; shift 6
+  local dir=$1 name=$2 mod=$3 ver=$4 localver=$5 k8s=$6 ldflags=$7; shift 7
   local gomod; gomod=$(modjson "$mod@v$ver" GoMod)
   local w=$PGS_CACHE/src/$name-v$ver
   rm -rf "$w"; mkdir -p "$w"
   ( cd "$w"
     { echo "module local/$name-testbin"; grep -E '^(go|godebug) ' "$gomod"; } > go.mod
     go mod edit -require="$mod@v$ver"
-    replace_flags "$gomod" "$localver" | xargs go mod edit
+    replace_flags "$gomod" "$localver" "$k8s" | xargs -r go mod edit
     local p; for p in "$@"; do go mod edit -tool="$p"; done
     log "$name: go mod tidy"
     go mod tidy
@@ -134,10 +156,10 @@ wrapper_build() {
 
 build_kwok() {
   local dir=$PGS_CACHE/bin/kwok-v$KWOK_VERSION-$GOV
-  if ! built "$dir" kwok; then
+  if ! built "$dir" "" kwok; then
     begin "kwok v$KWOK_VERSION"
     rm -rf "$dir"; mkdir -p "$dir/stages"
-    go_install "$dir" sigs.k8s.io/kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok
+    wrapper_build "$dir" kwok sigs.k8s.io/kwok "$KWOK_VERSION" unused "" "-s -w" sigs.k8s.io/kwok/cmd/kwok
     local src; src=$(modjson "sigs.k8s.io/kwok@v$KWOK_VERSION" Dir)
     cp "$src/kustomize/crd/bases/kwok.x-k8s.io_stages.yaml" "$dir/"
     cp "$src"/kustomize/stage/node/fast/node-initialize.yaml \
@@ -145,7 +167,7 @@ build_kwok() {
        "$src"/kustomize/stage/pod/fast/pod-complete.yaml \
        "$src"/kustomize/stage/pod/fast/pod-delete.yaml "$dir/stages/"
     chmod -R u+w "$dir"
-    finish "$dir" kwok
+    finish "$dir" kwok ""
   fi
   echo "KWOK=$dir/kwok"
   echo "KWOK_STAGES=$dir/stages"
@@ -155,23 +177,24 @@ build_kwok() {
 build_scheduler_plugins() {
   local v=$SCHEDULER_PLUGINS_VERSION
   local dir=$PGS_CACHE/bin/scheduler-plugins-v$v-$GOV
-  if ! built "$dir" scheduler controller; then
+  if ! built "$dir" "k8s=$SCHEDULER_PLUGINS_K8S" scheduler controller; then
     begin "scheduler-plugins v$v (scheduler + controller)"
     rm -rf "$dir"; mkdir -p "$dir/crds"
     local gomod src k8s
     gomod=$(modjson "sigs.k8s.io/scheduler-plugins@v$v" GoMod)
     src=$(modjson "sigs.k8s.io/scheduler-plugins@v$v" Dir)
-    k8s=$(module_k8s_version "$gomod")
+    k8s=${SCHEDULER_PLUGINS_K8S:-$(module_k8s_version "$gomod")}
+    log "scheduler-plugins v$v against Kubernetes $k8s"
     # The binary's version must be the Kubernetes one it links: kube-scheduler derives its
     # compatibility version from it (the scheduler-plugins release tag would read as "0.34").
     wrapper_build "$dir" scheduler-plugins sigs.k8s.io/scheduler-plugins "$v" unused \
-      "$(k8s_ldflags "$k8s")" \
+      "$SCHEDULER_PLUGINS_K8S" "$(k8s_ldflags "$k8s")" \
       sigs.k8s.io/scheduler-plugins/cmd/scheduler sigs.k8s.io/scheduler-plugins/cmd/controller
     # manifests/crds/ holds symlinks, which module zips leave out.
     cp "$src/manifests/coscheduling/crd.yaml" "$dir/crds/scheduling.x-k8s.io_podgroups.yaml"
     cp "$src/manifests/capacityscheduling/crd.yaml" "$dir/crds/scheduling.x-k8s.io_elasticquotas.yaml"
     chmod -R u+w "$dir"
-    finish "$dir" scheduler-plugins
+    finish "$dir" scheduler-plugins "k8s=$SCHEDULER_PLUGINS_K8S"
   fi
   echo "SCHEDULER_PLUGINS=$dir/scheduler"
   echo "SCHEDULER_PLUGINS_CONTROLLER=$dir/controller"
@@ -181,21 +204,22 @@ build_scheduler_plugins() {
 build_volcano() {
   local v=$VOLCANO_VERSION
   local dir=$PGS_CACHE/bin/volcano-v$v-$GOV
-  if ! built "$dir" scheduler controller-manager; then
-    begin "volcano v$v (scheduler + controller-manager)"
+  if ! built "$dir" "k8s=$VOLCANO_K8S apis=$VOLCANO_APIS_VERSION" scheduler controller-manager; then
+    begin "volcano v$v (scheduler + controller-manager; volcano.sh/apis $VOLCANO_APIS_VERSION)"
     rm -rf "$dir"; mkdir -p "$dir/crds"
     local gomod src k8s
     gomod=$(modjson "volcano.sh/volcano@v$v" GoMod)
     src=$(modjson "volcano.sh/volcano@v$v" Dir)
-    k8s=$(module_k8s_version "$gomod")
-    # volcano.sh/apis => ./staging/src/volcano.sh/apis (a nested module, not in the zip) becomes
-    # the published volcano.sh/apis at the same tag.
-    wrapper_build "$dir" volcano volcano.sh/volcano "$v" "v$v" \
+    k8s=${VOLCANO_K8S:-$(module_k8s_version "$gomod")}
+    log "volcano v$v against Kubernetes $k8s"
+    # volcano.sh/apis => ./staging/src/volcano.sh/apis becomes the published volcano.sh/apis at
+    # VOLCANO_APIS_VERSION (see the top).
+    wrapper_build "$dir" volcano volcano.sh/volcano "$v" "$VOLCANO_APIS_VERSION" "$VOLCANO_K8S" \
       "$(k8s_ldflags "$k8s") -X volcano.sh/volcano/pkg/version.Version=v$v" \
       volcano.sh/volcano/cmd/scheduler volcano.sh/volcano/cmd/controller-manager
     cp "$src"/config/crd/volcano/bases/*.yaml "$dir/crds/"
     chmod -R u+w "$dir"
-    finish "$dir" volcano
+    finish "$dir" volcano "k8s=$VOLCANO_K8S apis=$VOLCANO_APIS_VERSION"
   fi
   echo "VOLCANO_SCHEDULER=$dir/scheduler"
   echo "VOLCANO_CONTROLLER_MANAGER=$dir/controller-manager"
@@ -205,12 +229,12 @@ build_volcano() {
 build_training_operator() {
   local v=$TRAINING_OPERATOR_VERSION
   local dir=$PGS_CACHE/bin/training-operator-v$v-$GOV
-  if ! built "$dir" training-operator.v1; then
+  if ! built "$dir" "" training-operator.v1; then
     begin "training-operator v$v"
     rm -rf "$dir"; mkdir -p "$dir"
-    go_install "$dir" github.com/kubeflow/training-operator "$v" \
-      github.com/kubeflow/training-operator/cmd/training-operator.v1
-    finish "$dir" training-operator
+    wrapper_build "$dir" training-operator github.com/kubeflow/training-operator "$v" unused "" \
+      "-s -w" github.com/kubeflow/training-operator/cmd/training-operator.v1
+    finish "$dir" training-operator ""
   fi
   echo "TRAINING_OPERATOR=$dir/training-operator.v1"
 }
@@ -218,11 +242,12 @@ build_training_operator() {
 build_mpi_operator() {
   local v=$MPI_OPERATOR_VERSION
   local dir=$PGS_CACHE/bin/mpi-operator-v$v-$GOV
-  if ! built "$dir" mpi-operator; then
+  if ! built "$dir" "" mpi-operator; then
     begin "mpi-operator v$v"
     rm -rf "$dir"; mkdir -p "$dir"
-    go_install "$dir" github.com/kubeflow/mpi-operator "$v" github.com/kubeflow/mpi-operator/cmd/mpi-operator
-    finish "$dir" mpi-operator
+    wrapper_build "$dir" mpi-operator github.com/kubeflow/mpi-operator "$v" unused "" "-s -w" \
+      github.com/kubeflow/mpi-operator/cmd/mpi-operator
+    finish "$dir" mpi-operator ""
   fi
   echo "MPI_OPERATOR=$dir/mpi-operator"
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Starts the end-to-end components next to a running test control plane (tests/cluster/start.sh):
 #   kwok                          simulated nodes and pod lifecycle (stages below)
+#   kube-controller-manager       a second one, with only the node-lifecycle and pod GC controllers
 #   scheduler-plugins scheduler   profile "default-scheduler" with Coscheduling
 #   scheduler-plugins controller  fills the coscheduling PodGroups' status (phase, counts)
 #   volcano controller-manager    only queue-controller (opens Queues) and pg-controller (PodGroups
@@ -174,8 +175,8 @@ wait_ready() {  # wait_ready NAME PID CMD...: polls CMD until it succeeds; fails
 http_ok() { curl -fsS --max-time 3 -o /dev/null "$1"; }
 https_ok() { curl -fsSk --max-time 3 -o /dev/null "$1"; }
 
-read -r KWOK_PORT SP_PORT SPC_METRICS SPC_PROBE VC_LISTEN VC_HEALTH VCM_LISTEN VCM_HEALTH \
-  TO_METRICS TO_PROBE TO_WEBHOOK < <(free_ports 11)
+read -r KWOK_PORT NKCM_PORT SP_PORT SPC_METRICS SPC_PROBE VC_LISTEN VC_HEALTH VCM_LISTEN \
+  VCM_HEALTH TO_METRICS TO_PROBE TO_WEBHOOK < <(free_ports 12)
 
 # --- cluster objects the components need --------------------------------------------------------
 log "installing the e2e CRDs (Volcano's, ElasticQuota) and namespaces"
@@ -249,6 +250,18 @@ start kwok "$KWOK" --kubeconfig="$KC" --config="$W/kwok-stages.yaml" \
   --cidr=10.0.0.1/24 --node-ip=10.0.0.1 --server-address="127.0.0.1:$KWOK_PORT"
 wait_ready kwok "$STARTED_PID" http_ok "http://127.0.0.1:$KWOK_PORT/healthz"
 
+# --- node controllers -------------------------------------------------------------------------
+# The API server taints every new Node node.kubernetes.io/not-ready:NoSchedule
+# (TaintNodesByCondition); the node-lifecycle-controller removes the taint once the node is
+# Ready (kwok renews the node leases). The control plane's KCM runs without it, so a second KCM
+# runs just the node controllers (the pod GC also removes pods left on deleted nodes).
+log "kube-controller-manager: node-lifecycle, pod-garbage-collector (secure port 127.0.0.1:$NKCM_PORT)"
+start node-kcm "$CP_BIN/kube-controller-manager" --kubeconfig="$KC" \
+  --authentication-kubeconfig="$KC" --authorization-kubeconfig="$KC" \
+  --bind-address=127.0.0.1 --secure-port="$NKCM_PORT" --cert-dir="$W/node-kcm-certs" \
+  --leader-elect=false --controllers=node-lifecycle-controller,pod-garbage-collector-controller
+wait_ready node-kcm "$STARTED_PID" https_ok "https://127.0.0.1:$NKCM_PORT/healthz"
+
 # --- scheduler-plugins ------------------------------------------------------------------------
 log "scheduler-plugins controller (probe 127.0.0.1:$SPC_PROBE)"
 start sp-controller "$SCHEDULER_PLUGINS_CONTROLLER" --kubeconfig="$KC" \
@@ -280,9 +293,13 @@ profiles:
       permitWaitingTimeSeconds: 10
 EOF
 log "scheduler-plugins scheduler (secure port 127.0.0.1:$SP_PORT)"
+# Coscheduling requeues a gang it rejected only on Pod or PodGroup events, not when a Node is
+# added, so after new capacity appears the gang waits for the unschedulable-pods timeout
+# (default 5 minutes); lowered here so that tests see new capacity within ~45 s.
 start sp-scheduler "$SCHEDULER_PLUGINS" --config="$W/sp-scheduler.yaml" \
   --bind-address=127.0.0.1 --secure-port="$SP_PORT" --cert-dir="$W/sp-scheduler-certs" \
-  --authentication-kubeconfig="$KC" --authorization-kubeconfig="$KC" -v=2
+  --authentication-kubeconfig="$KC" --authorization-kubeconfig="$KC" \
+  --pod-max-in-unschedulable-pods-duration=15s -v=2
 wait_ready sp-scheduler "$STARTED_PID" https_ok "https://127.0.0.1:$SP_PORT/healthz"
 
 # --- volcano ----------------------------------------------------------------------------------
