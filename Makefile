@@ -2,6 +2,7 @@
 #   make test   everything CI checks: formatting, clippy, unit tests, and the integration tests
 #               on a real control plane (built from the Go module proxy on first use)
 #   make demo   a local control plane, the controller, the sample jobs and their PodGroups
+#   make bench  the scale benchmark (bench/Makefile.inc)
 #   make e2e    the end-to-end tier: kwok nodes, the scheduler-plugins and Volcano schedulers,
 #               training-operator and mpi-operator (gang mode off), all built from the Go proxy
 .PHONY: test lint unit integration binaries e2e demo build release
@@ -37,3 +38,6 @@ release:
 
 demo: binaries
 	hack/demo.sh
+
+# make bench, make bench-smoke (the scale benchmark of issue 7)
+include bench/Makefile.inc
