@@ -15,6 +15,7 @@ test: lint binaries
 lint:
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy --test e2e -- -D warnings
 
 unit:
 	$(CARGO) test --lib
