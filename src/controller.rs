@@ -151,6 +151,7 @@ fn spawn_pod_group_reflector(
     backend: BackendKind,
     triggers: broadcast::Sender<Trigger>,
     metrics: Arc<crate::metrics::Metrics>,
+    owned: reconcile::OwnedIndex,
 ) -> (Store<DynamicObject>, JoinHandle<()>) {
     let ar = backend.backend().api_resource();
     let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
@@ -174,11 +175,12 @@ fn spawn_pod_group_reflector(
             .for_each(|ev| {
                 match ev {
                     Ok(
-                        watcher::Event::Apply(pg)
-                        | watcher::Event::Delete(pg)
-                        | watcher::Event::InitApply(pg),
+                        ref ev @ (watcher::Event::Apply(ref pg)
+                        | watcher::Event::Delete(ref pg)
+                        | watcher::Event::InitApply(ref pg)),
                     ) => {
-                        if let Some(t) = owner_trigger(&pg) {
+                        owned.observe(backend, pg, matches!(ev, watcher::Event::Delete(_)));
+                        if let Some(t) = owner_trigger(pg) {
                             let _ = triggers.send(t);
                         }
                     }
@@ -415,6 +417,7 @@ pub async fn run(
         priority_classes,
         runtime_classes,
         pod_groups: Default::default(),
+        owned: Default::default(),
     };
     let ctx = Arc::new(Context::new(
         client.clone(),
@@ -461,6 +464,7 @@ pub async fn run(
                                     b,
                                     triggers.clone(),
                                     metrics.clone(),
+                                    caches.owned.clone(),
                                 );
                                 let synced = tokio::select! {
                                     r = store.wait_until_ready() => r.is_ok(),

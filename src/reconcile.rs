@@ -5,7 +5,7 @@
 //! deletes only when they differ. A job that cannot get a PodGroup is an outcome (a Warning
 //! Event and a metric), never an error that retries forever.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -68,6 +68,53 @@ pub struct Caches {
     pub runtime_classes: Store<RuntimeClass>,
     /// PodGroups of each backend whose CRD is served and whose cache has synced.
     pub pod_groups: Arc<RwLock<BTreeMap<BackendKind, Store<DynamicObject>>>>,
+    /// The cached PodGroups by the UID of the job that controls them.
+    pub owned: OwnedIndex,
+}
+
+/// PodGroups by the UID of their controller, kept by the PodGroup reflectors, so that a
+/// reconcile finds the PodGroups its job owns without scanning every cached PodGroup. Entries
+/// may be stale (a delete missed across a re-list): readers check them against the cache.
+#[derive(Clone, Default)]
+pub struct OwnedIndex(Arc<Mutex<HashMap<String, BTreeSet<OwnedKey>>>>);
+
+/// A cached PodGroup: its backend, namespace and name.
+type OwnedKey = (BackendKind, String, String);
+
+impl OwnedIndex {
+    /// Records an applied (`deleted` false) or deleted PodGroup of `backend`.
+    pub fn observe(&self, backend: BackendKind, pg: &DynamicObject, deleted: bool) {
+        let Some(uid) = pg
+            .metadata
+            .owner_references
+            .as_ref()
+            .and_then(|refs| refs.iter().find(|r| r.controller == Some(true)))
+            .map(|r| r.uid.clone())
+        else {
+            return;
+        };
+        let key = (backend, pg.namespace().unwrap_or_default(), pg.name_any());
+        let mut index = self.0.lock().expect("lock");
+        if deleted {
+            if let Some(set) = index.get_mut(&uid) {
+                set.remove(&key);
+                if set.is_empty() {
+                    index.remove(&uid);
+                }
+            }
+        } else {
+            index.entry(uid).or_default().insert(key);
+        }
+    }
+
+    fn owned_by(&self, uid: &str) -> Vec<OwnedKey> {
+        self.0
+            .lock()
+            .expect("lock")
+            .get(uid)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
 }
 
 impl Caches {
@@ -461,7 +508,7 @@ async fn reconcile_inner(
         .await;
     }
 
-    let existing = cached_or_fetched(ctx, backend, &store, &namespace, &name).await?;
+    let existing = cached(backend, &store, &namespace, &name);
     if mode == Mode::Manage {
         // A PodGroup this job owns under another name or backend is stale.
         delete_owned(ctx, &namespace, &uid, Some((backend_kind, &name))).await?;
@@ -530,7 +577,20 @@ async fn reconcile_inner(
                 .await;
                 return Ok(Outcome::Done);
             }
-            apply(ctx, backend, &namespace, &name, &desired, "create").await?;
+            let mut create = desired.clone();
+            create["metadata"]["resourceVersion"] = Value::from(CREATE_ONLY);
+            match apply(ctx, backend, &namespace, &name, &create, "create").await {
+                Ok(()) => {}
+                // A PodGroup of that name appeared since the cache looked: decide once the watch
+                // has brought it in.
+                Err(Error::Write {
+                    source: kube::Error::Api(e),
+                    ..
+                }) if e.code == 409 => {
+                    return Ok(Outcome::RequeueAfter(Duration::from_secs(1)));
+                }
+                Err(e) => return Err(e),
+            }
             // Job creation → PodGroup: recreations (resume, a manual delete) are not first creations.
             let first_creation = obj.meta().generation.is_none_or(|g| g <= 1);
             if let (true, Some(created)) = (first_creation, obj.meta().creation_timestamp.as_ref())
@@ -570,31 +630,22 @@ async fn report_invalid(
     Ok(Outcome::Invalid)
 }
 
-/// Looks a PodGroup up in the cache; on a miss asks the API server once, so a PodGroup that
-/// someone else created a moment ago is never taken over by an apply.
-async fn cached_or_fetched(
-    ctx: &Context,
+/// The cached PodGroup, if any. A miss is not asked of the API server: the PodGroup is then
+/// created with a create-only apply (see `CREATE_ONLY`).
+fn cached(
     backend: &dyn PodGroupBackend,
     store: &Store<DynamicObject>,
     namespace: &str,
     name: &str,
-) -> Result<Option<Arc<DynamicObject>>, Error> {
-    let ar = backend.api_resource();
-    let key = ObjectRef::new_with(name, ar.clone()).within(namespace);
-    if let Some(pg) = store.get(&key) {
-        return Ok(Some(pg));
-    }
-    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), namespace, &ar);
-    api.get_opt(name)
-        .await
-        .map(|o| o.map(Arc::new))
-        .map_err(|source| Error::Write {
-            action: "get",
-            namespace: namespace.into(),
-            name: name.into(),
-            source,
-        })
+) -> Option<Arc<DynamicObject>> {
+    store.get(&ObjectRef::new_with(name, backend.api_resource()).within(namespace))
 }
+
+/// A resourceVersion no PodGroup can have (etcd's first revision belongs to the API server's own
+/// bootstrap). A server-side apply that carries it creates the object when there is none and is
+/// refused with 409 Conflict when there is one: a create-only apply, so a PodGroup someone else
+/// made since the cache looked is never taken over, without a GET before every create.
+const CREATE_ONLY: &str = "1";
 
 async fn apply(
     ctx: &Context,
@@ -632,21 +683,18 @@ async fn delete_owned(
     uid: &str,
     keep: Option<(BackendKind, &str)>,
 ) -> Result<(), Error> {
-    let stores: Vec<(BackendKind, Store<DynamicObject>)> = ctx
-        .caches
-        .pod_groups
-        .read()
-        .expect("lock")
-        .iter()
-        .map(|(k, s)| (*k, s.clone()))
-        .collect();
-    for (kind, store) in stores {
-        let owned = store.state_filter(|pg| {
-            pg.metadata.namespace.as_deref() == Some(namespace)
-                && ours(pg, uid)
-                && keep != Some((kind, pg.metadata.name.as_deref().unwrap_or_default()))
-        });
-        for pg in owned {
+    let stores: BTreeMap<BackendKind, Store<DynamicObject>> =
+        ctx.caches.pod_groups.read().expect("lock").clone();
+    for (kind, ns, name) in ctx.caches.owned.owned_by(uid) {
+        if ns != namespace || keep == Some((kind, name.as_str())) {
+            continue;
+        }
+        let Some(store) = stores.get(&kind) else {
+            continue;
+        };
+        let key = ObjectRef::new_with(&name, kind.backend().api_resource()).within(&ns);
+        let owned = store.get(&key).filter(|pg| ours(pg, uid));
+        if let Some(pg) = owned {
             let name = pg.name_any();
             let api: Api<DynamicObject> = Api::namespaced_with(
                 ctx.client.clone(),

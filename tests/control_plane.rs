@@ -225,3 +225,35 @@ async fn the_real_schema_rejects_a_malformed_job() {
         other => panic!("unexpected error {other}"),
     }
 }
+
+/// podgroup-sync creates PodGroups with a server-side apply carrying resourceVersion "1": the
+/// API server creates the object when there is none and refuses (409) when there is one, so a
+/// PodGroup someone else made since the cache looked is never taken over. This pins that
+/// behaviour of the real API server.
+#[tokio::test]
+async fn a_create_only_apply_creates_once_and_is_refused_after() {
+    use kube::api::{Patch, PatchParams};
+    use support::jobs::{self, Backend};
+    let cluster = support::cluster().await;
+    let client = cluster.client().await;
+    let ns = support::test_namespace(&client, "cp-create-only", &[]).await;
+    let api = jobs::api(&client, &ns, &Backend::SchedulerPlugins.ar());
+    let body = serde_json::json!({
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+        "metadata": {"name": "once", "resourceVersion": "1"}, "spec": {"minMember": 2}
+    });
+    let pp = PatchParams::apply("podgroup-sync").force();
+    let created = api
+        .patch("once", &pp, &Patch::Apply(&body))
+        .await
+        .expect("created");
+    assert_eq!(created.data["spec"]["minMember"], 2);
+    let mut again = body.clone();
+    again["spec"]["minMember"] = serde_json::json!(5);
+    match api.patch("once", &pp, &Patch::Apply(&again)).await {
+        Err(kube::Error::Api(e)) => assert_eq!(e.code, 409, "{e:?}"),
+        other => panic!("a create-only apply onto an existing object must be refused: {other:?}"),
+    }
+    let now = api.get("once").await.expect("get");
+    assert_eq!(now.data["spec"]["minMember"], 2);
+}
