@@ -226,7 +226,7 @@ fn expected_cluster_triples() -> BTreeSet<(String, String, String)> {
         &["list", "watch"],
     );
     add("node.k8s.io", &["runtimeclasses"], &["list", "watch"]);
-    let pg_verbs = ["get", "list", "watch", "create", "patch", "delete"];
+    let pg_verbs = ["list", "watch", "create", "patch", "delete"];
     add("scheduling.x-k8s.io", &["podgroups"], &pg_verbs);
     add("scheduling.volcano.sh", &["podgroups"], &pg_verbs);
     add("events.k8s.io", &["events"], &["list", "create", "patch"]);
@@ -1177,49 +1177,6 @@ async fn set_rules(client: &Client, release: &Release, lease: bool, rules: Vec<P
     }
 }
 
-/// Starts the controller without waiting for readiness (a missing permission may keep it
-/// unready), tethered to this process like `controller::start`.
-fn spawn_controller(cluster: &Cluster, kubeconfig: &Path, args: &[&str]) -> Controller {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
-    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let dir = cluster
-        .work_dir
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")));
-    let log = dir.join(format!("podgroup-sync-rbac-{port}.log"));
-    let file = std::fs::File::create(&log).expect("log file");
-    let child = Command::new(env!("CARGO_BIN_EXE_podgroup-sync"))
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .arg("--http-addr")
-        .arg(addr.to_string())
-        .args(["--discovery-interval-seconds", "2"])
-        .args(args)
-        .env("PODGROUP_SYNC_LOG", "info,podgroup_sync=debug")
-        .stdin(Stdio::null())
-        .stdout(file.try_clone().unwrap())
-        .stderr(file)
-        .spawn()
-        .expect("spawn podgroup-sync");
-    let _ = Command::new("setsid")
-        .args([
-            "bash",
-            "-c",
-            "while kill -0 \"$1\" 2>/dev/null; do sleep 1; done; kill -9 \"$2\" 2>/dev/null",
-            "tether",
-        ])
-        .arg(std::process::id().to_string())
-        .arg(child.id().to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn();
-    Controller { child, addr, log }
-}
-
 /// What the controller did without one permission.
 struct Outcome {
     /// The log line that names the refused permission, if one appeared.
@@ -1256,7 +1213,7 @@ async fn without_permission(
 ) -> Outcome {
     let needle = r.refusal();
     let key = release.arg("--annotation-key").expect("--annotation-key");
-    let mut c = spawn_controller(cluster, &release.kubeconfig, &release.args());
+    let mut c = controller::spawn(cluster, Some(&release.kubeconfig), &release.args());
     let prefix = format!("rm-{}", r.resource);
     let ns = support::test_namespace(client, &prefix, &[(key, "true")]).await;
     let dry = support::test_namespace(client, &format!("{prefix}-dry"), &[(key, "dry-run")]).await;
@@ -1432,7 +1389,6 @@ async fn removing_any_single_rule_makes_the_controller_name_the_missing_permissi
         rm("kubeflow.org", "pytorchjobs", "list"),
         rm("kubeflow.org", "pytorchjobs", "watch"),
         rm("scheduling.x-k8s.io", "podgroups", "list"),
-        rm("scheduling.x-k8s.io", "podgroups", "get"),
         rm("scheduling.x-k8s.io", "podgroups", "create"),
         rm("scheduling.x-k8s.io", "podgroups", "patch"),
         rm("scheduling.x-k8s.io", "podgroups", "delete"),

@@ -25,9 +25,9 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
-/// Starts the controller with the admin kubeconfig (or `kubeconfig`) and `args`; waits until
-/// `/readyz` answers 200.
-pub fn start(cluster: &Cluster, kubeconfig: Option<&std::path::Path>, args: &[&str]) -> Controller {
+/// Starts the controller with the admin kubeconfig (or `kubeconfig`) and `args`, without
+/// waiting for it (a missing permission, for one, may keep it unready).
+pub fn spawn(cluster: &Cluster, kubeconfig: Option<&std::path::Path>, args: &[&str]) -> Controller {
     let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let dir = cluster.work_dir.clone().unwrap_or_else(std::env::temp_dir);
     let log = dir.join(format!("podgroup-sync-{}.log", addr.port()));
@@ -60,7 +60,12 @@ pub fn start(cluster: &Cluster, kubeconfig: Option<&std::path::Path>, args: &[&s
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn();
-    let mut c = Controller { child, addr, log };
+    Controller { child, addr, log }
+}
+
+/// [`spawn`], then waits until `/readyz` answers 200.
+pub fn start(cluster: &Cluster, kubeconfig: Option<&std::path::Path>, args: &[&str]) -> Controller {
+    let mut c = spawn(cluster, kubeconfig, args);
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         if let Ok(Some(status)) = c.child.try_wait() {

@@ -87,12 +87,12 @@ are only listed and watched (by caches), never fetched one by one, so "get" is n
 - apiGroups: ["node.k8s.io"]
   resources: ["runtimeclasses"]
   verbs: ["list", "watch"]
-# The PodGroups it owns, for both backends: watched; fetched once on a cache miss before an
-# apply; created and updated with server-side apply (an apply that creates an object needs
-# create as well as patch); deleted with a UID precondition.
+# The PodGroups it owns, for both backends: watched (read from the cache only); created and
+# updated with server-side apply (an apply that creates an object needs create as well as
+# patch); deleted with a UID precondition.
 - apiGroups: ["scheduling.x-k8s.io", "scheduling.volcano.sh"]
   resources: ["podgroups"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 # Events on the jobs: create, and patch to count a repeated Event (its series); list once at
 # start-up, to remember the Events an earlier instance published and not publish them again.
 - apiGroups: ["events.k8s.io"]
