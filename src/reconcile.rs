@@ -801,8 +801,3 @@ pub fn error_policy(_obj: Arc<DynamicObject>, err: &Error, _ctx: Arc<Context>) -
     warn!(error = %err, "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(5))
 }
-
-/// PodGroup label selector of the PodGroups podgroup-sync manages.
-pub fn managed_selector() -> String {
-    format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}")
-}

@@ -7,9 +7,8 @@
 //! components instead.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -116,41 +115,15 @@ fn start_components(cluster: &Cluster) -> Result<PathBuf, String> {
             }
         )
     };
-    let mut child = Command::new(&script)
+    let mut command = Command::new(&script);
+    command
         .arg(&dir)
         .arg("--kubeconfig")
         .arg(&cluster.kubeconfig)
         .arg("--owner-pid")
         .arg(std::process::id().to_string())
-        .env("PGS_BIN_DIR", &cluster.bin_dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| fail(format!("cannot run {}: {e}", script.display()), ""))?;
-    // Progress to the real stderr (cold builds take many minutes); keep a tail for the panic.
-    let stderr = child.stderr.take().expect("piped stderr");
-    let forwarder = std::thread::spawn(move || {
-        let mut tail: Vec<String> = Vec::new();
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = writeln!(std::io::stderr(), "{line}");
-            tail.push(line);
-            if tail.len() > 80 {
-                tail.remove(0);
-            }
-        }
-        tail.join("\n")
-    });
-    let out = child
-        .wait_with_output()
-        .map_err(|e| fail(format!("waiting for {}: {e}", script.display()), ""))?;
-    let tail = forwarder.join().unwrap_or_default();
-    if !out.status.success() {
-        return Err(fail(
-            format!("{} exited with {}", script.display(), out.status),
-            &tail,
-        ));
-    }
+        .env("PGS_BIN_DIR", &cluster.bin_dir);
+    support::run_start_script(command).map_err(|(what, tail)| fail(what, &tail))?;
     Ok(dir)
 }
 

@@ -255,40 +255,12 @@ fn start_cluster() -> Result<Cluster, String> {
         )
     };
 
-    let mut child = Command::new(&script)
+    let mut command = Command::new(&script);
+    command
         .arg(&work_dir)
         .arg("--owner-pid")
-        .arg(std::process::id().to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| fail(format!("cannot run {}: {e}", script.display()), ""))?;
-
-    // Forward start.sh's progress to the real stderr (not libtest's capture: a cold build takes
-    // many minutes), and keep its tail for the panic message.
-    let stderr = child.stderr.take().expect("piped stderr");
-    let forwarder = std::thread::spawn(move || {
-        let mut tail: Vec<String> = Vec::new();
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = writeln!(std::io::stderr(), "{line}");
-            tail.push(line);
-            if tail.len() > 80 {
-                tail.remove(0);
-            }
-        }
-        tail.join("\n")
-    });
-    let out = child
-        .wait_with_output()
-        .map_err(|e| fail(format!("waiting for {}: {e}", script.display()), ""))?;
-    let tail = forwarder.join().unwrap_or_default();
-    if !out.status.success() {
-        return Err(fail(
-            format!("{} exited with {}", script.display(), out.status),
-            &tail,
-        ));
-    }
+        .arg(std::process::id().to_string());
+    let tail = run_start_script(command).map_err(|(what, tail)| fail(what, &tail))?;
 
     let kubeconfig = work_dir.join("kubeconfig");
     let bin_dir = bin_from_env_file(&work_dir.join("env")).map_err(|e| fail(e, &tail))?;
@@ -323,4 +295,38 @@ fn bin_from_env_file(env_file: &Path) -> Result<PathBuf, String> {
     Ok(PathBuf::from(
         String::from_utf8_lossy(&out.stdout).into_owned(),
     ))
+}
+
+/// Runs a start script with its progress forwarded to the real stderr (not libtest's capture:
+/// a cold build takes many minutes). Returns the last lines of its stderr, or what failed and
+/// those lines.
+pub fn run_start_script(mut command: Command) -> Result<String, (String, String)> {
+    let script = command.get_program().to_string_lossy().into_owned();
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| (format!("cannot run {script}: {e}"), String::new()))?;
+    let stderr = child.stderr.take().expect("piped stderr");
+    let forwarder = std::thread::spawn(move || {
+        let mut tail: Vec<String> = Vec::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = writeln!(std::io::stderr(), "{line}");
+            tail.push(line);
+            if tail.len() > 80 {
+                tail.remove(0);
+            }
+        }
+        tail.join("\n")
+    });
+    let out = child
+        .wait_with_output()
+        .map_err(|e| (format!("waiting for {script}: {e}"), String::new()))?;
+    let tail = forwarder.join().unwrap_or_default();
+    if out.status.success() {
+        Ok(tail)
+    } else {
+        Err((format!("{script} exited with {}", out.status), tail))
+    }
 }
