@@ -678,7 +678,8 @@ fn desired_pod_group(ns: &str, name: &str, uid: &str) -> Res<Value> {
     let job = job::normalize(&PYTORCHJOB, &manifest).map_err(|e| err(e.to_string()))?;
     let gang = gang::compute(&job, &Priorities::default(), &AdmissionDefaults::default())
         .map_err(|e| err(e.to_string()))?;
-    let (pg_name, _) = backend::pod_group_name(&SchedulerPlugins, &job);
+    let (pg_name, _) =
+        backend::pod_group_name(&SchedulerPlugins, &job).map_err(|e| err(e.to_string()))?;
     Ok(backend::desired_object(
         &SchedulerPlugins,
         &job,

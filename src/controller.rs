@@ -8,46 +8,36 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use std::time::Duration;
 
-use futures::{Stream, StreamExt, future};
+use futures::{StreamExt, future};
 use k8s_openapi::api::core::v1::{LimitRange, Namespace};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::DynamicObject;
 use kube::discovery::ApiResource;
-use kube::runtime::controller::Controller;
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::controller::{self as runtime_controller, Controller};
+use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Resource, ResourceExt};
-use serde::de::DeserializeOwned;
+use kube::{Api, Client, ResourceExt};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use crate::backend::{BACKENDS, BackendKind, MANAGED_BY_LABEL, MANAGED_BY_VALUE, Phase};
 use crate::enablement::Mode;
+use crate::events::Events;
 use crate::job::{JobKind, KINDS};
+use crate::liveness::Liveness;
 use crate::reconcile::{self, Caches, Context};
+use crate::trigger::{Trigger, job_refs};
+use crate::watch::{
+    LAST_APPLIED, WatchBackoff, settled_objects, spawn_context_cache, spawn_pod_group_cache,
+};
 
 /// How long a SIGTERM waits for in-flight reconciles.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
-
-/// A reason to look at jobs again, sent by the context watchers to every job controller.
-#[derive(Debug, Clone)]
-pub enum Trigger {
-    /// Everything in a namespace (its annotations or LimitRanges changed).
-    Namespace(String),
-    /// Every job (a PriorityClass, RuntimeClass or served backend changed).
-    All,
-    /// One job, named by a PodGroup's controller reference.
-    Job {
-        api_version: String,
-        kind: String,
-        namespace: String,
-        name: String,
-    },
-}
+/// Longest wait between discovery attempts after a failure (the first retry is after 1 s).
+pub const DISCOVERY_RETRY_MAX: Duration = Duration::from_secs(4);
 
 /// What the API server serves, as far as podgroup-sync cares.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -102,165 +92,6 @@ pub async fn discover(client: &Client) -> Result<Served, kube::Error> {
     Ok(served)
 }
 
-/// Runs a reflector for `api` and feeds every change into `triggers` through `to_trigger`.
-fn spawn_reflector<K>(
-    api: Api<K>,
-    wc: watcher::Config,
-    triggers: broadcast::Sender<Trigger>,
-    to_trigger: impl Fn(&K) -> Option<Trigger> + Send + Sync + 'static,
-    metrics: Arc<crate::metrics::Metrics>,
-) -> (Store<K>, JoinHandle<()>)
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, wc))
-        .default_backoff()
-        .touched_objects();
-    let handle = tokio::spawn(async move {
-        stream
-            .for_each(|ev| {
-                match ev {
-                    Ok(obj) => {
-                        if let Some(t) = to_trigger(&obj) {
-                            let _ = triggers.send(t);
-                        }
-                    }
-                    Err(e) => {
-                        let resource = K::plural(&()).to_string();
-                        metrics.watch_errors.with_label_values(&[&resource]).inc();
-                        warn!(%resource, error = %e, "watch error");
-                    }
-                }
-                future::ready(())
-            })
-            .await;
-    });
-    (reader, handle)
-}
-
-/// A PodGroup cache for one backend; changes requeue the owning job, deletions included.
-fn spawn_pod_group_reflector(
-    client: Client,
-    backend: BackendKind,
-    triggers: broadcast::Sender<Trigger>,
-    metrics: Arc<crate::metrics::Metrics>,
-    owned: reconcile::OwnedIndex,
-) -> (Store<DynamicObject>, JoinHandle<()>) {
-    let ar = backend.backend().api_resource();
-    let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
-    let reader = writer.as_reader();
-    let api: Api<DynamicObject> = Api::all_with(client, &ar);
-    // Only what podgroup-sync reads is kept in memory.
-    let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .modify(|pg: &mut DynamicObject| {
-            if let Some(a) = pg.metadata.annotations.as_mut() {
-                a.remove(LAST_APPLIED);
-            }
-            // Its own field-manager entry says which fields it applied; the others are not read.
-            if let Some(m) = pg.metadata.managed_fields.as_mut() {
-                m.retain(|e| e.manager.as_deref() == Some(reconcile::FIELD_MANAGER));
-            }
-        });
-    let stream = reflector::reflector(writer, stream);
-    let handle = tokio::spawn(async move {
-        stream
-            .for_each(|ev| {
-                match ev {
-                    Ok(
-                        ref ev @ (watcher::Event::Apply(ref pg)
-                        | watcher::Event::Delete(ref pg)
-                        | watcher::Event::InitApply(ref pg)),
-                    ) => {
-                        owned.observe(backend, pg, matches!(ev, watcher::Event::Delete(_)));
-                        if let Some(t) = owner_trigger(pg) {
-                            let _ = triggers.send(t);
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        let resource = format!("podgroups.{}", backend.backend().group());
-                        metrics.watch_errors.with_label_values(&[&resource]).inc();
-                        warn!(%resource, error = %e, "PodGroup watch error");
-                    }
-                }
-                future::ready(())
-            })
-            .await;
-    });
-    (reader, handle)
-}
-
-fn owner_trigger(pg: &DynamicObject) -> Option<Trigger> {
-    let owner = pg
-        .metadata
-        .owner_references
-        .as_ref()?
-        .iter()
-        .find(|o| o.controller == Some(true))?;
-    Some(Trigger::Job {
-        api_version: owner.api_version.clone(),
-        kind: owner.kind.clone(),
-        namespace: pg.namespace()?,
-        name: owner.name.clone(),
-    })
-}
-
-/// Turns triggers into the job references one kind's controller should reconcile.
-fn job_refs(
-    triggers: broadcast::Receiver<Trigger>,
-    jobs: Store<DynamicObject>,
-    kind: &'static JobKind,
-    ar: ApiResource,
-) -> impl Stream<Item = ObjectRef<DynamicObject>> + Send + 'static {
-    tokio_stream_from(triggers).flat_map(move |t| {
-        let refs: Vec<ObjectRef<DynamicObject>> = match t {
-            Some(Trigger::Job {
-                api_version,
-                kind: k,
-                namespace,
-                name,
-            }) if k == kind.kind && api_version == kind.api_version() => {
-                vec![ObjectRef::new_with(&name, ar.clone()).within(&namespace)]
-            }
-            Some(Trigger::Job { .. }) => vec![],
-            Some(Trigger::Namespace(ns)) => jobs
-                .state()
-                .iter()
-                .filter(|j| j.metadata.namespace.as_deref() == Some(ns.as_str()))
-                .map(|j| ObjectRef::from_obj_with(j.as_ref(), ar.clone()))
-                .collect(),
-            // `None`: the receiver lagged and lost triggers; look at everything.
-            Some(Trigger::All) | None => jobs
-                .state()
-                .iter()
-                .map(|j| ObjectRef::from_obj_with(j.as_ref(), ar.clone()))
-                .collect(),
-        };
-        futures::stream::iter(refs)
-    })
-}
-
-/// A broadcast receiver as a stream; a lag becomes `None` ("you missed something").
-fn tokio_stream_from(
-    rx: broadcast::Receiver<Trigger>,
-) -> impl Stream<Item = Option<Trigger>> + Send {
-    futures::stream::unfold(rx, |mut rx| async move {
-        match rx.recv().await {
-            Ok(t) => Some((Some(t), rx)),
-            Err(broadcast::error::RecvError::Lagged(_)) => Some((None, rx)),
-            Err(broadcast::error::RecvError::Closed) => None,
-        }
-    })
-}
-
 /// Settings of the controller runtime.
 #[derive(Debug, Clone)]
 pub struct RuntimeSettings {
@@ -269,49 +100,35 @@ pub struct RuntimeSettings {
 }
 
 /// Readiness: true once discovery ran and every cache — jobs of each watched kind included —
-/// synced.
+/// is fresh (synced, not relisting, not failing).
 #[derive(Clone, Default)]
 pub struct Readiness {
     discovered: Arc<AtomicBool>,
-    unsynced_job_caches: Arc<std::sync::atomic::AtomicUsize>,
+    liveness: Liveness,
 }
 
 impl Readiness {
     pub fn is_ready(&self) -> bool {
-        self.discovered.load(Ordering::Relaxed)
-            && self.unsynced_job_caches.load(Ordering::Relaxed) == 0
+        self.not_ready().is_empty()
     }
+
+    /// Why this instance is not ready; empty when it is.
+    pub fn not_ready(&self) -> Vec<String> {
+        let mut why = Vec::new();
+        if !self.discovered.load(Ordering::Relaxed) {
+            why.push("CRD discovery has not run".to_string());
+        }
+        why.extend(self.liveness.stale());
+        why
+    }
+
+    /// The probes of every watch (for liveness).
+    pub fn liveness(&self) -> &Liveness {
+        &self.liveness
+    }
+
     fn set(&self, v: bool) {
         self.discovered.store(v, Ordering::Relaxed)
-    }
-    /// Holds readiness back until the returned gate opens: at a job cache's first complete
-    /// list, or when its watch is dropped (its CRD went away).
-    fn track(&self) -> JobCacheGate {
-        self.unsynced_job_caches.fetch_add(1, Ordering::Relaxed);
-        JobCacheGate {
-            unsynced: self.unsynced_job_caches.clone(),
-            opened: std::sync::Once::new(),
-        }
-    }
-}
-
-/// See [`Readiness::track`].
-struct JobCacheGate {
-    unsynced: Arc<std::sync::atomic::AtomicUsize>,
-    opened: std::sync::Once,
-}
-
-impl JobCacheGate {
-    fn open(&self) {
-        self.opened.call_once(|| {
-            self.unsynced.fetch_sub(1, Ordering::Relaxed);
-        });
-    }
-}
-
-impl Drop for JobCacheGate {
-    fn drop(&mut self) {
-        self.open();
     }
 }
 
@@ -329,12 +146,231 @@ pub struct Signals {
     pub in_flight: Arc<reconcile::InFlight>,
 }
 
+/// The running watches and controllers that discovery starts and stops.
+struct Running {
+    client: Client,
+    ctx: Arc<Context>,
+    caches: Caches,
+    triggers: broadcast::Sender<Trigger>,
+    metrics: Arc<crate::metrics::Metrics>,
+    liveness: Liveness,
+    concurrency: u16,
+    shutdown: watch::Receiver<bool>,
+    backends: BTreeMap<BackendKind, JoinHandle<()>>,
+    kinds: BTreeMap<(&'static str, &'static str), JoinHandle<()>>,
+}
+
+impl Running {
+    /// Starts the PodGroup caches of newly served backends and stops those no longer served.
+    /// Returns false when a shutdown interrupted it.
+    async fn apply_backends(&mut self, served: &Served, first: bool) -> bool {
+        for b in BACKENDS {
+            let is = served.backends.contains(&b);
+            self.metrics
+                .backend_served
+                .with_label_values(&[b.as_str()])
+                .set(is as i64);
+            let resource = format!("podgroups.{}", b.backend().group());
+            match (is, self.backends.contains_key(&b)) {
+                (true, false) => {
+                    let (store, h) = spawn_pod_group_cache(
+                        self.client.clone(),
+                        b,
+                        self.triggers.clone(),
+                        self.liveness.probe(&resource),
+                        self.metrics.clone(),
+                        self.caches.owned.clone(),
+                    );
+                    let synced = tokio::select! {
+                        r = store.wait_until_ready() => r.is_ok(),
+                        _ = self.shutdown.wait_for(|stop| *stop) => false,
+                    };
+                    if !synced {
+                        self.liveness.retire(&resource);
+                        h.abort();
+                        if *self.shutdown.borrow() {
+                            return false;
+                        }
+                        warn!(backend = %b, "PodGroup cache could not sync");
+                        continue;
+                    }
+                    self.caches
+                        .pod_groups
+                        .write()
+                        .expect("lock")
+                        .insert(b, store);
+                    self.backends.insert(b, h);
+                    info!(backend = %b, "PodGroup CRD served; watching PodGroups");
+                    let _ = self.triggers.send(Trigger::All);
+                }
+                (false, true) => {
+                    self.caches.pod_groups.write().expect("lock").remove(&b);
+                    self.liveness.retire(&resource);
+                    if let Some(h) = self.backends.remove(&b) {
+                        h.abort();
+                    }
+                    warn!(backend = %b, "PodGroup CRD no longer served");
+                }
+                (false, false) if first => {
+                    warn!(backend = %b, crd = %b.backend().api_resource().api_version, "PodGroup CRD not served; jobs that want this backend get a BackendUnavailable event until it is");
+                }
+                _ => {}
+            }
+        }
+        true
+    }
+
+    /// Starts a controller for each newly served job kind and stops those no longer served.
+    fn apply_kinds(&mut self, served: &Served, first: bool) {
+        for kind in KINDS {
+            let key = (kind.kind, kind.version);
+            let is = served.has_kind(kind);
+            for (label, v) in [("true", is), ("false", !is)] {
+                self.metrics
+                    .watched_kinds
+                    .with_label_values(&[kind.kind, kind.version, label])
+                    .set(v as i64);
+            }
+            match (is, self.kinds.contains_key(&key)) {
+                (true, false) => {
+                    let h = spawn_kind_controller(
+                        self.client.clone(),
+                        kind,
+                        self.ctx.clone(),
+                        self.triggers.subscribe(),
+                        self.concurrency,
+                        self.shutdown.clone(),
+                        &self.liveness,
+                    );
+                    self.kinds.insert(key, h);
+                    info!(kind = kind.kind, version = kind.version, "watching jobs");
+                }
+                (false, true) => {
+                    self.liveness.retire(&kind_resource(kind));
+                    if let Some(h) = self.kinds.remove(&key) {
+                        h.abort();
+                    }
+                    warn!(
+                        kind = kind.kind,
+                        version = kind.version,
+                        "CRD no longer served; stopped watching"
+                    );
+                }
+                (false, false) if first => {
+                    info!(
+                        kind = kind.kind,
+                        version = kind.version,
+                        "CRD not served; skipped until it is"
+                    );
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Lets in-flight reconciles finish (up to the grace period), then stops every task.
+    async fn stop(self, others: Vec<JoinHandle<()>>) {
+        // The controllers saw the shutdown signal and stop after their in-flight reconciles.
+        for ((kind, _), mut h) in self.kinds {
+            if tokio::time::timeout(SHUTDOWN_GRACE, &mut h).await.is_err() {
+                warn!(
+                    kind,
+                    "reconciles still running after {}s; stopping them",
+                    SHUTDOWN_GRACE.as_secs()
+                );
+                h.abort();
+            }
+        }
+        for h in self.backends.into_values().chain(others) {
+            h.abort();
+        }
+    }
+}
+
+/// The context caches every reconcile reads.
+struct ContextCaches {
+    namespaces: Store<Namespace>,
+    limit_ranges: Store<LimitRange>,
+    priority_classes: Store<PriorityClass>,
+    runtime_classes: Store<RuntimeClass>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+fn spawn_context_caches(
+    client: &Client,
+    triggers: &broadcast::Sender<Trigger>,
+    liveness: &Liveness,
+    metrics: &Arc<crate::metrics::Metrics>,
+) -> ContextCaches {
+    let (namespaces, h1) = spawn_context_cache(
+        Api::<Namespace>::all(client.clone()),
+        triggers.clone(),
+        // Any namespace change may flip its mode or backend.
+        |n: &Namespace| Some(Trigger::Namespace(n.name_any())),
+        liveness.probe("namespaces"),
+        metrics.clone(),
+    );
+    let (limit_ranges, h2) = spawn_context_cache(
+        Api::<LimitRange>::all(client.clone()),
+        triggers.clone(),
+        |l: &LimitRange| l.namespace().map(Trigger::Namespace),
+        liveness.probe("limitranges"),
+        metrics.clone(),
+    );
+    let (priority_classes, h3) = spawn_context_cache(
+        Api::<PriorityClass>::all(client.clone()),
+        triggers.clone(),
+        |_| Some(Trigger::All),
+        liveness.probe("priorityclasses"),
+        metrics.clone(),
+    );
+    let (runtime_classes, h4) = spawn_context_cache(
+        Api::<RuntimeClass>::all(client.clone()),
+        triggers.clone(),
+        |_| Some(Trigger::All),
+        liveness.probe("runtimeclasses"),
+        metrics.clone(),
+    );
+    ContextCaches {
+        namespaces,
+        limit_ranges,
+        priority_classes,
+        runtime_classes,
+        tasks: vec![h1, h2, h3, h4],
+    }
+}
+
+impl ContextCaches {
+    /// Waits until every context cache listed once; the name of the first that cannot.
+    async fn synced(&self) -> Option<&'static str> {
+        let waits = [
+            (
+                "namespaces",
+                self.namespaces.wait_until_ready().await.is_ok(),
+            ),
+            (
+                "limitranges",
+                self.limit_ranges.wait_until_ready().await.is_ok(),
+            ),
+            (
+                "priorityclasses",
+                self.priority_classes.wait_until_ready().await.is_ok(),
+            ),
+            (
+                "runtimeclasses",
+                self.runtime_classes.wait_until_ready().await.is_ok(),
+            ),
+        ];
+        waits.into_iter().find(|(_, ok)| !ok).map(|(what, _)| what)
+    }
+}
+
 /// Runs discovery, caches and controllers until `signals.shutdown` turns true.
 pub async fn run(
     client: Client,
     ctx_settings: reconcile::Settings,
     rt: RuntimeSettings,
-    recorder: kube::runtime::events::Recorder,
+    events: Events,
     metrics: Arc<crate::metrics::Metrics>,
     signals: Signals,
 ) -> Result<(), RunError> {
@@ -345,72 +381,31 @@ pub async fn run(
         mut shutdown,
         in_flight,
     } = signals;
+    let liveness = readiness.liveness().clone();
     let (triggers, _) = broadcast::channel::<Trigger>(16_384);
-    let mut tasks = Vec::new();
-    let (namespaces, h) = spawn_reflector(
-        Api::<Namespace>::all(client.clone()),
-        watcher::Config::default(),
-        triggers.clone(),
-        // Any namespace change may flip its mode or backend.
-        |n: &Namespace| Some(Trigger::Namespace(n.name_any())),
-        metrics.clone(),
-    );
-    tasks.push(h);
-    let (limit_ranges, h) = spawn_reflector(
-        Api::<LimitRange>::all(client.clone()),
-        watcher::Config::default(),
-        triggers.clone(),
-        |l: &LimitRange| l.namespace().map(Trigger::Namespace),
-        metrics.clone(),
-    );
-    tasks.push(h);
-    let (priority_classes, h) = spawn_reflector(
-        Api::<PriorityClass>::all(client.clone()),
-        watcher::Config::default(),
-        triggers.clone(),
-        |_| Some(Trigger::All),
-        metrics.clone(),
-    );
-    tasks.push(h);
-    let (runtime_classes, h) = spawn_reflector(
-        Api::<RuntimeClass>::all(client.clone()),
-        watcher::Config::default(),
-        triggers.clone(),
-        |_| Some(Trigger::All),
-        metrics.clone(),
-    );
-    tasks.push(h);
-    let synced = async {
-        let waits = [
-            ("namespaces", namespaces.wait_until_ready().await.is_ok()),
-            ("limitranges", limit_ranges.wait_until_ready().await.is_ok()),
-            (
-                "priorityclasses",
-                priority_classes.wait_until_ready().await.is_ok(),
-            ),
-            (
-                "runtimeclasses",
-                runtime_classes.wait_until_ready().await.is_ok(),
-            ),
-        ];
-        waits.into_iter().find(|(_, ok)| !ok).map(|(what, _)| what)
-    };
+    let context = spawn_context_caches(&client, &triggers, &liveness, &metrics);
     // A cache that cannot load (e.g. RBAC forbids the list) keeps readiness false; SIGTERM
     // still stops the process at once.
     tokio::select! {
-        failed = synced => if let Some(what) = failed {
+        failed = context.synced() => if let Some(what) = failed {
             return Err(RunError::CacheSync(what));
         },
         _ = shutdown.wait_for(|stop| *stop) => {
             info!("shut down before the caches synced");
-            for h in tasks {
+            for h in context.tasks {
                 h.abort();
             }
             return Ok(());
         }
     }
     info!("namespace, LimitRange, PriorityClass and RuntimeClass caches synced");
-
+    let ContextCaches {
+        namespaces,
+        limit_ranges,
+        priority_classes,
+        runtime_classes,
+        mut tasks,
+    } = context;
     let caches = Caches {
         namespaces: namespaces.clone(),
         limit_ranges,
@@ -423,169 +418,90 @@ pub async fn run(
         client.clone(),
         ctx_settings.clone(),
         caches.clone(),
-        recorder,
+        events,
         metrics.clone(),
         leading.clone(),
         in_flight,
     ));
     remember_published_events(&client, &ctx).await;
-    // A new leader looks at every job: as a standby it skipped them.
-    tasks.push(tokio::spawn({
-        let mut leading = leading.clone();
-        let triggers = triggers.clone();
-        async move {
-            while leading.changed().await.is_ok() {
-                if *leading.borrow_and_update() {
-                    let _ = triggers.send(Trigger::All);
-                }
-            }
-        }
-    }));
+    tasks.push(spawn_leader_trigger(leading, triggers.clone()));
 
-    let mut backend_tasks: BTreeMap<BackendKind, JoinHandle<()>> = BTreeMap::new();
-    let mut kind_tasks: BTreeMap<(&'static str, &'static str), JoinHandle<()>> = BTreeMap::new();
-    let mut first = true;
+    let mut running = Running {
+        client: client.clone(),
+        ctx,
+        caches: caches.clone(),
+        triggers,
+        metrics: metrics.clone(),
+        liveness,
+        concurrency: rt.concurrency,
+        shutdown: shutdown.clone(),
+        backends: BTreeMap::new(),
+        kinds: BTreeMap::new(),
+    };
     let mut last_served: Option<Served> = None;
-    'discovery: loop {
+    let mut failures: u32 = 0;
+    loop {
+        let mut wait = rt.discovery_interval;
         match discover(&client).await {
             Ok(served) => {
+                failures = 0;
                 if last_served.as_ref() != Some(&served) {
+                    let first = last_served.is_none();
                     // Backends first: a job controller needs the PodGroup cache of its backend.
-                    for b in BACKENDS {
-                        let is = served.backends.contains(&b);
-                        metrics
-                            .backend_served
-                            .with_label_values(&[b.as_str()])
-                            .set(is as i64);
-                        match (is, backend_tasks.contains_key(&b)) {
-                            (true, false) => {
-                                let (store, h) = spawn_pod_group_reflector(
-                                    client.clone(),
-                                    b,
-                                    triggers.clone(),
-                                    metrics.clone(),
-                                    caches.owned.clone(),
-                                );
-                                let synced = tokio::select! {
-                                    r = store.wait_until_ready() => r.is_ok(),
-                                    _ = shutdown.wait_for(|stop| *stop) => false,
-                                };
-                                if !synced {
-                                    h.abort();
-                                    if *shutdown.borrow() {
-                                        break 'discovery;
-                                    }
-                                    warn!(backend = %b, "PodGroup cache could not sync");
-                                    continue;
-                                }
-                                caches.pod_groups.write().expect("lock").insert(b, store);
-                                backend_tasks.insert(b, h);
-                                info!(backend = %b, "PodGroup CRD served; watching PodGroups");
-                                let _ = triggers.send(Trigger::All);
-                            }
-                            (false, true) => {
-                                caches.pod_groups.write().expect("lock").remove(&b);
-                                if let Some(h) = backend_tasks.remove(&b) {
-                                    h.abort();
-                                }
-                                warn!(backend = %b, "PodGroup CRD no longer served");
-                            }
-                            (false, false) if first => {
-                                warn!(backend = %b, crd = %b.backend().api_resource().api_version, "PodGroup CRD not served; jobs that want this backend get a BackendUnavailable event until it is");
-                            }
-                            _ => {}
-                        }
+                    if !running.apply_backends(&served, first).await {
+                        break;
                     }
-                    for kind in KINDS {
-                        let key = (kind.kind, kind.version);
-                        let is = served.has_kind(kind);
-                        metrics
-                            .watched_kinds
-                            .with_label_values(&[
-                                kind.kind,
-                                kind.version,
-                                if is { "true" } else { "false" },
-                            ])
-                            .set(1);
-                        metrics
-                            .watched_kinds
-                            .with_label_values(&[
-                                kind.kind,
-                                kind.version,
-                                if is { "false" } else { "true" },
-                            ])
-                            .set(0);
-                        match (is, kind_tasks.contains_key(&key)) {
-                            (true, false) => {
-                                let h = spawn_kind_controller(
-                                    client.clone(),
-                                    kind,
-                                    ctx.clone(),
-                                    triggers.subscribe(),
-                                    rt.concurrency,
-                                    shutdown.clone(),
-                                    &readiness,
-                                );
-                                kind_tasks.insert(key, h);
-                                info!(kind = kind.kind, version = kind.version, "watching jobs");
-                            }
-                            (false, true) => {
-                                if let Some(h) = kind_tasks.remove(&key) {
-                                    h.abort();
-                                }
-                                warn!(
-                                    kind = kind.kind,
-                                    version = kind.version,
-                                    "CRD no longer served; stopped watching"
-                                );
-                            }
-                            (false, false) if first => {
-                                info!(
-                                    kind = kind.kind,
-                                    version = kind.version,
-                                    "CRD not served; skipped until it is"
-                                );
-                            }
-                            _ => {}
-                        }
-                    }
+                    running.apply_kinds(&served, first);
                     last_served = Some(served);
                 }
-                if first {
-                    readiness.set(true);
-                    first = false;
-                }
+                readiness.set(true);
             }
-            Err(e) => warn!(error = %e, "discovery failed; retrying"),
+            Err(e) => {
+                // Retry soon: the first discovery gates readiness, and a CRD change should not
+                // wait a whole interval after a fault.
+                failures += 1;
+                wait = wait.min(discovery_retry(failures));
+                warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "discovery failed; retrying");
+            }
         }
         update_namespace_gauge(&metrics, &namespaces, &ctx_settings.enablement);
         update_pod_group_gauge(&metrics, &caches);
+        metrics
+            .stale_caches
+            .set(readiness.liveness().stale().len() as i64);
         heartbeat.store(
             k8s_openapi::jiff::Timestamp::now().as_second(),
             Ordering::Relaxed,
         );
         tokio::select! {
             _ = shutdown.wait_for(|stop| *stop) => break,
-            _ = tokio::time::sleep(rt.discovery_interval) => {}
+            _ = tokio::time::sleep(wait) => {}
         }
     }
     info!("shutting down: finishing in-flight reconciles");
     readiness.set(false);
-    // The controllers saw the same signal and stop after their in-flight reconciles.
-    for ((kind, _), mut h) in kind_tasks {
-        if tokio::time::timeout(SHUTDOWN_GRACE, &mut h).await.is_err() {
-            warn!(
-                kind,
-                "reconciles still running after {}s; stopping them",
-                SHUTDOWN_GRACE.as_secs()
-            );
-            h.abort();
-        }
-    }
-    for h in backend_tasks.into_values().chain(tasks) {
-        h.abort();
-    }
+    running.stop(tasks).await;
     Ok(())
+}
+
+/// The wait before discovery attempt `failures + 1`: 1 s doubling to [`DISCOVERY_RETRY_MAX`].
+pub fn discovery_retry(failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(8);
+    (Duration::from_secs(1) * 2u32.pow(doublings)).min(DISCOVERY_RETRY_MAX)
+}
+
+/// A new leader looks at every job: as a standby it skipped them.
+fn spawn_leader_trigger(
+    mut leading: watch::Receiver<bool>,
+    triggers: broadcast::Sender<Trigger>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        while leading.changed().await.is_ok() {
+            if *leading.borrow_and_update() {
+                let _ = triggers.send(Trigger::All);
+            }
+        }
+    })
 }
 
 /// Seeds the Event de-duplication with the Events an earlier instance published, so a restart
@@ -597,7 +513,7 @@ async fn remember_published_events(client: &Client, ctx: &Context) {
     match api.list(&lp).await {
         Ok(list) => {
             let n = list.items.len();
-            ctx.remember_events(
+            ctx.events.remember(
                 list.items.into_iter().filter_map(|e| {
                     Some((e.regarding?.uid?, e.reason?, e.note.unwrap_or_default()))
                 }),
@@ -655,6 +571,11 @@ fn update_namespace_gauge(
     }
 }
 
+/// The liveness name of a job kind's watch, e.g. `pytorchjobs.kubeflow.org/v1`.
+fn kind_resource(kind: &JobKind) -> String {
+    format!("{}.{}/{}", kind.plural, kind.group, kind.version)
+}
+
 fn spawn_kind_controller(
     client: Client,
     kind: &'static JobKind,
@@ -662,7 +583,7 @@ fn spawn_kind_controller(
     triggers: broadcast::Receiver<Trigger>,
     concurrency: u16,
     mut shutdown: watch::Receiver<bool>,
-    readiness: &Readiness,
+    liveness: &Liveness,
 ) -> JoinHandle<()> {
     let ar = ApiResource {
         group: kind.group.into(),
@@ -674,27 +595,24 @@ fn spawn_kind_controller(
     let api: Api<DynamicObject> = Api::all_with(client, &ar);
     let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
     let jobs = writer.as_reader();
+    let probe = liveness.probe(kind_resource(kind));
+    let watch_probe = probe.clone();
     // The cache keeps what a reconcile reads: field-manager bookkeeping and the last-applied
-    // copy of the whole job are dropped (they can double a job's size).
-    // Readiness follows the watcher's own end-of-initial-list event.
-    let gate = readiness.track();
+    // copy of the whole job are dropped (they can double a job's size). Jobs reach the queue
+    // only once the cache holds them (see `settled_objects`).
     let stream = watcher(api, watcher::Config::default().any_semantic())
-        .default_backoff()
-        .inspect(move |event| {
-            if let Ok(watcher::Event::InitDone) = event {
-                gate.open();
-            }
-        })
+        .backoff(WatchBackoff::default())
+        .inspect(move |event| watch_probe.observe(event))
         .modify(|job: &mut DynamicObject| {
             job.metadata.managed_fields = None;
             if let Some(a) = job.metadata.annotations.as_mut() {
                 a.remove(LAST_APPLIED);
             }
         })
-        .reflect(writer)
-        .applied_objects();
+        .reflect(writer);
+    let stream = settled_objects(stream, jobs.clone());
     let controller = Controller::for_stream_with(stream, jobs.clone(), ar.clone())
-        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency));
+        .with_config(runtime_controller::Config::default().concurrency(concurrency));
     let controller = controller
         .reconcile_on(job_refs(triggers, jobs, kind, ar))
         .graceful_shutdown_on(async move {
@@ -702,6 +620,7 @@ fn spawn_kind_controller(
         });
     let metrics = ctx.metrics.clone();
     tokio::spawn(async move {
+        let _guard = probe.task_guard();
         controller
             .run(
                 move |obj, ctx| reconcile::reconcile(obj, ctx, kind),
@@ -709,15 +628,50 @@ fn spawn_kind_controller(
                 ctx,
             )
             .for_each(|result| {
-                // Reconcile errors are logged by the error policy; watch errors are logged here.
-                if let Err(kube::runtime::controller::Error::QueueError(e)) = result {
-                    metrics.watch_errors.with_label_values(&[kind.plural]).inc();
-                    warn!(resource = kind.plural, error = %e, "watch error");
+                if let Err(e) = result {
+                    report_controller_error(&metrics, kind, &probe, e);
                 }
                 future::ready(())
             })
             .await;
     })
+}
+
+/// Logs and counts what a job controller's run stream reports besides success. Reconcile
+/// errors were logged by the error policy and are retried there.
+fn report_controller_error(
+    metrics: &crate::metrics::Metrics,
+    kind: &JobKind,
+    probe: &crate::liveness::Probe,
+    e: runtime_controller::Error<reconcile::Error, watcher::Error>,
+) {
+    use runtime_controller::Error as E;
+    match e {
+        E::ReconcilerFailed(..) => {}
+        // Queued but gone from the cache: the job was deleted before its turn. (Before a
+        // relist completed this also happened to jobs still in the list; see `watch`.)
+        E::ObjectNotFound(obj) => {
+            metrics
+                .reconcile_errors
+                .with_label_values(&[kind.kind, "not_found"])
+                .inc();
+            info!(object = %obj, "job queued for reconcile is no longer in the cache; skipped");
+        }
+        E::QueueError(e) => {
+            metrics
+                .watch_errors
+                .with_label_values(&[probe.resource()])
+                .inc();
+            warn!(resource = probe.resource(), error = %e, "watch error; retrying");
+        }
+        E::RunnerError(e) => {
+            metrics
+                .reconcile_errors
+                .with_label_values(&[kind.kind, "runner"])
+                .inc();
+            warn!(kind = kind.kind, error = %e, "reconcile runner error");
+        }
+    }
 }
 
 /// Why the controller runtime stopped.

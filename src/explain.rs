@@ -64,7 +64,8 @@ pub fn explain(
             .map_err(ExplainError::Backend)?,
     };
     let b = backend_kind.backend();
-    let (name, name_warning) = backend::pod_group_name(b, &job);
+    // Offline, every PriorityClass is taken to exist.
+    let (name, name_warnings) = backend::name_and_checks(b, &job, &|_| true)?;
     let object = backend::desired_object(b, &job, &gang, &name, None, false, opts);
 
     let mut out = String::new();
@@ -115,7 +116,7 @@ pub fn explain(
         out,
         "# (offline: no PriorityClasses, LimitRanges or RuntimeClasses are known; a cluster may add requests and priorities)"
     );
-    for w in gang.warnings.iter().chain(name_warning.iter()) {
+    for w in gang.warnings.iter().chain(name_warnings.iter()) {
         let _ = writeln!(out, "# warning: {w}");
     }
     for m in backend::missing_links(b, &job, &name, opts) {

@@ -36,6 +36,11 @@ impl Priorities {
         p
     }
 
+    /// Whether a PriorityClass of this name exists.
+    pub fn contains(&self, class: &str) -> bool {
+        self.values.contains_key(class)
+    }
+
     /// The priority a pod with this `priorityClassName` gets at admission.
     fn resolve(&self, class: Option<&str>) -> Resolved {
         match class.filter(|c| !c.is_empty()) {
@@ -298,7 +303,7 @@ pub fn compute(
     let min_resources = match policy.and_then(|p| p.min_resources.as_ref()) {
         Some(given) => {
             for (name, q) in given {
-                Quantity::parse_k8s(q).map_err(|e| {
+                Quantity::parse_non_negative(q).map_err(|e| {
                     InvalidJob::InvalidResources(format!(
                         "schedulingPolicy.minResources[{name}]: {e}"
                     ))

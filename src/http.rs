@@ -27,15 +27,42 @@ pub struct Health {
     pub wedged_after: Duration,
     /// Liveness fails when one reconcile has been running this long: the reconcile loop is wedged.
     pub reconcile_stuck_after: Duration,
+    /// Liveness fails when a cache has not refreshed for this long.
+    pub cache_stall_after: Duration,
     pub in_flight: Arc<crate::reconcile::InFlight>,
 }
 
 impl Health {
-    fn live(&self) -> bool {
+    /// Why the process is not live (a restart may help); empty when it is.
+    fn not_live(&self) -> Vec<String> {
+        let mut why = Vec::new();
         let beat = self.heartbeat.load(std::sync::atomic::Ordering::Relaxed);
-        beat == 0
-            || k8s_openapi::jiff::Timestamp::now().as_second() - beat
-                < self.wedged_after.as_secs() as i64
+        let since = k8s_openapi::jiff::Timestamp::now().as_second() - beat;
+        if beat != 0 && since >= self.wedged_after.as_secs() as i64 {
+            why.push(format!("the controller loop has not turned for {since}s"));
+        }
+        if let Some(d) = self
+            .in_flight
+            .oldest()
+            .filter(|d| *d >= self.reconcile_stuck_after)
+        {
+            why.push(format!("a reconcile has been running for {}s", d.as_secs()));
+        }
+        why.extend(self.readiness.liveness().problems(self.cache_stall_after));
+        why
+    }
+}
+
+/// 200 "ok", or 503 with one reason a line.
+fn verdict(problems: Vec<String>) -> Response<Full<Bytes>> {
+    if problems.is_empty() {
+        respond(StatusCode::OK, "text/plain", "ok".into())
+    } else {
+        respond(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain",
+            problems.join("\n") + "\n",
+        )
     }
 }
 
@@ -57,28 +84,8 @@ async fn handle(
             "text/plain; version=0.0.4; charset=utf-8",
             health.metrics.encode(),
         ),
-        "/healthz" | "/livez" => {
-            if health.live() {
-                respond(StatusCode::OK, "text/plain", "ok".into())
-            } else {
-                respond(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "text/plain",
-                    "reconcile loop wedged".into(),
-                )
-            }
-        }
-        "/readyz" => {
-            if health.readiness.is_ready() {
-                respond(StatusCode::OK, "text/plain", "ok".into())
-            } else {
-                respond(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "text/plain",
-                    "caches not synced".into(),
-                )
-            }
-        }
+        "/healthz" | "/livez" => verdict(health.not_live()),
+        "/readyz" => verdict(health.readiness.not_ready()),
         _ => respond(StatusCode::NOT_FOUND, "text/plain", "not found".into()),
     })
 }

@@ -143,6 +143,18 @@ pub enum InvalidJob {
     InvalidElasticPolicy(String),
     #[error("{0}")]
     InvalidResources(String),
+    #[error("an MPIJob needs a Launcher replica spec; its operator starts no job without one")]
+    MissingLauncher,
+    #[error("replica type {0}: the pod template has no containers")]
+    NoContainers(String),
+    #[error("{0}")]
+    InvalidPodGroupName(String),
+    #[error("{0}")]
+    InvalidSchedulingPolicy(String),
+    /// The API server refused the PodGroup the job asks for (422/400): retried only once the
+    /// job changes.
+    #[error("the API server refused the PodGroup: {0}")]
+    RefusedByApiServer(String),
 }
 
 impl InvalidJob {
@@ -162,6 +174,11 @@ impl InvalidJob {
             InvalidJob::MinAvailableAboveTotal { .. } => "MinAvailableAboveTotal",
             InvalidJob::InvalidElasticPolicy(_) => "InvalidElasticPolicy",
             InvalidJob::InvalidResources(_) => "InvalidResources",
+            InvalidJob::MissingLauncher => "MissingLauncher",
+            InvalidJob::NoContainers(_) => "NoContainers",
+            InvalidJob::InvalidPodGroupName(_) => "InvalidPodGroupName",
+            InvalidJob::InvalidSchedulingPolicy(_) => "InvalidSchedulingPolicy",
+            InvalidJob::RefusedByApiServer(_) => "RefusedByApiServer",
         }
     }
 }
@@ -320,9 +337,9 @@ pub fn normalize(kind: &'static JobKind, obj: &Value) -> Result<Job, InvalidJob>
             let min = ep.min_replicas.or(ep.max_replicas);
             match min {
                 None => Some(workers),
-                Some(m) if m < 0 => {
+                Some(m) if m < 1 => {
                     return Err(InvalidJob::InvalidElasticPolicy(format!(
-                        "minReplicas must not be negative, got {m}"
+                        "minReplicas must be at least 1, got {m}"
                     )));
                 }
                 Some(m) => Some(m as u64),
@@ -330,6 +347,10 @@ pub fn normalize(kind: &'static JobKind, obj: &Value) -> Result<Job, InvalidJob>
         }
         _ => None,
     };
+    let is_mpi = matches!(kind.flavor, Flavor::MpiV1 | Flavor::MpiV2);
+    if is_mpi && !replicas.iter().any(|r| r.replica_type == "Launcher") {
+        return Err(InvalidJob::MissingLauncher);
+    }
     let launcher_waits_for_workers = kind.flavor == Flavor::MpiV2
         && spec.get("launcherCreationPolicy").and_then(Value::as_str)
             == Some("WaitForWorkersReady");
@@ -391,8 +412,12 @@ fn normalize_replicas(
                 InvalidJob::InvalidTemplate(replica_type.to_string(), e.to_string())
             })?,
         };
-        if template.spec.is_none() {
-            return Err(InvalidJob::MissingTemplate(replica_type.to_string()));
+        match &template.spec {
+            None => return Err(InvalidJob::MissingTemplate(replica_type.to_string())),
+            Some(spec) if spec.containers.is_empty() => {
+                return Err(InvalidJob::NoContainers(replica_type.to_string()));
+            }
+            Some(_) => {}
         }
         out.push(Replica {
             replica_type,

@@ -7,13 +7,13 @@ use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use kube::runtime::events::{Recorder, Reporter};
 use tokio::sync::watch;
 use tracing::{error, info};
 
 use podgroup_sync::backend::{BackendKind, BackendOptions};
 use podgroup_sync::controller::{self, Readiness, RuntimeSettings, Signals};
 use podgroup_sync::enablement::{Enablement, Mode};
+use podgroup_sync::events::Events;
 use podgroup_sync::explain::explain;
 use podgroup_sync::http::{self, Health};
 use podgroup_sync::leader::{self, LeaseConfig};
@@ -129,6 +129,10 @@ struct RunArgs {
         default_value_t = 30
     )]
     discovery_interval_seconds: u64,
+    /// Seconds a cache may go without refreshing (its watch failing, or a relist not
+    /// completing) before /healthz fails, so that a restart is tried. Readiness drops at once.
+    #[arg(long, env = "PODGROUP_SYNC_CACHE_STALL_SECONDS", default_value_t = 300)]
+    cache_stall_seconds: u64,
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, env = "PODGROUP_SYNC_HTTP_ADDR", default_value = "0.0.0.0:8080")]
     http_addr: SocketAddr,
@@ -268,14 +272,20 @@ fn run_controller(args: RunArgs) -> std::process::ExitCode {
     }
 }
 
+/// How long a connection to the API server may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
 async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, Box<dyn std::error::Error>> {
-    let config = match kubeconfig {
+    let mut config = match kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)?;
             kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
         }
         None => kube::Config::infer().await?,
     };
+    // An API server that does not accept a connection within this is down: fail fast and let
+    // the watch and requeue backoffs retry, instead of hanging a reconcile.
+    config.connect_timeout = Some(CONNECT_TIMEOUT);
     Ok(kube::Client::try_from(config)?)
 }
 
@@ -292,6 +302,7 @@ async fn controller_main(args: RunArgs) -> Result<(), Box<dyn std::error::Error>
         wedged_after: Duration::from_secs((args.discovery_interval_seconds * 4).max(120)),
         // Longer than any API call (kube's read timeout is under 5 minutes) can hold a reconcile.
         reconcile_stuck_after: Duration::from_secs(600),
+        cache_stall_after: Duration::from_secs(args.cache_stall_seconds.max(1)),
         in_flight: in_flight.clone(),
     };
     let listener = tokio::net::TcpListener::bind(args.http_addr).await?;
@@ -308,11 +319,11 @@ async fn controller_main(args: RunArgs) -> Result<(), Box<dyn std::error::Error>
         keep_finished: args.keep_finished,
         gang_wait_warning: Duration::from_secs(args.gang_wait_warning_seconds),
     };
-    let reporter = Reporter {
-        controller: "podgroup-sync".into(),
-        instance: std::env::var("POD_NAME").ok(),
-    };
-    let recorder = Recorder::new(client.clone(), reporter);
+    let events = Events::new(
+        client.clone(),
+        std::env::var("POD_NAME").ok(),
+        metrics.clone(),
+    );
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (leading_tx, leading_rx) = watch::channel(!args.leader.enabled);
     // Sent once the controllers stopped: only then is the Lease released.
@@ -372,7 +383,7 @@ async fn controller_main(args: RunArgs) -> Result<(), Box<dyn std::error::Error>
             concurrency: args.concurrency,
             discovery_interval: Duration::from_secs(args.discovery_interval_seconds.max(1)),
         },
-        recorder,
+        events,
         metrics,
         Signals {
             readiness,

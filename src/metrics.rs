@@ -32,7 +32,10 @@ pub struct Metrics {
     pub backend_served: IntGaugeVec,
     pub backend_unavailable: IntCounterVec,
     pub events: IntCounterVec,
+    pub events_failed: IntCounterVec,
+    pub reconcile_errors: IntCounterVec,
     pub watch_errors: IntCounterVec,
+    pub stale_caches: IntGauge,
     pub leader: IntGauge,
     pub build_info: IntGaugeVec,
     pub last_reconcile: prometheus::Gauge,
@@ -145,6 +148,24 @@ impl Metrics {
             "Kubernetes Events emitted on jobs, by type and reason.",
             &["type", "reason"],
         );
+        let events_failed = counter_vec(
+            "podgroup_sync_events_failed_total",
+            "Events the API server did not accept, by reason and cause: transient (retried with the reconcile) or refused (not retried).",
+            &["reason", "cause"],
+        );
+        let reconcile_errors = counter_vec(
+            "podgroup_sync_reconcile_errors_total",
+            "Failed job reconciles by kind and cause: write (a PodGroup write failed), event (an Event could not be published), not_found (the job was gone from the cache), runner; each is retried or logged.",
+            &["kind", "cause"],
+        );
+        let stale_caches = IntGauge::new(
+            "podgroup_sync_stale_caches",
+            "Caches that are not fresh now: not synced, relisting, failing or stopped (see /readyz).",
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(stale_caches.clone()))
+            .expect("unique metric");
         let watch_errors = counter_vec(
             "podgroup_sync_watch_errors_total",
             "Errors listing or watching a resource (e.g. RBAC forbids it), by resource.",
@@ -189,7 +210,10 @@ impl Metrics {
             backend_served,
             backend_unavailable,
             events,
+            events_failed,
+            reconcile_errors,
             watch_errors,
+            stale_caches,
             leader,
             build_info,
             last_reconcile,
@@ -211,6 +235,9 @@ impl Metrics {
             for r in ["ok", "standby", "invalid", "conflict", "error"] {
                 self.reconcile_total.with_label_values(&[k.kind, r]);
             }
+            for c in ["write", "event", "not_found", "runner"] {
+                self.reconcile_errors.with_label_values(&[k.kind, c]);
+            }
         }
         for r in [
             "GangWaiting",
@@ -222,6 +249,9 @@ impl Metrics {
             "MissingPodGroupLink",
         ] {
             self.events.with_label_values(&["Warning", r]);
+            for cause in ["transient", "refused"] {
+                self.events_failed.with_label_values(&[r, cause]);
+            }
         }
     }
 
@@ -258,6 +288,8 @@ impl Metrics {
         add(self.backend_served.desc());
         add(self.backend_unavailable.desc());
         add(self.events.desc());
+        add(self.events_failed.desc());
+        add(self.reconcile_errors.desc());
         add(self.watch_errors.desc());
         add(self.build_info.desc());
         out

@@ -52,6 +52,8 @@ pub enum QuantityError {
     Invalid(String),
     #[error("quantity overflow")]
     Overflow,
+    #[error("negative quantity {0:?}: a request, overhead or minResources must not be negative")]
+    Negative(String),
 }
 
 impl Quantity {
@@ -89,6 +91,16 @@ impl Quantity {
     /// (`Quantity.UnmarshalJSON` trims it); whitespace inside is an error.
     pub fn parse_k8s(q: &K8sQuantity) -> Result<Self, QuantityError> {
         q.0.trim().parse()
+    }
+
+    /// [`Quantity::parse_k8s`] for a request, limit, overhead or minResources: a negative
+    /// value is an error (the API server refuses one on a pod; a job template is not checked).
+    pub fn parse_non_negative(q: &K8sQuantity) -> Result<Self, QuantityError> {
+        let parsed = Self::parse_k8s(q)?;
+        if parsed.nanos < 0 {
+            return Err(QuantityError::Negative(q.0.clone()));
+        }
+        Ok(parsed)
     }
 
     /// The exact sum. The format of `self` wins unless `self` is zero, as in `Quantity.Add`.

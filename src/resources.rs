@@ -138,11 +138,12 @@ fn parse_field_map(
 ) -> Result<ResourceMap, ResourceError> {
     map.iter()
         .map(|(resource, q)| {
-            let parsed = Quantity::parse_k8s(q).map_err(|source| ResourceError::Field {
-                field: field.to_owned(),
-                resource: resource.clone(),
-                source,
-            })?;
+            let parsed =
+                Quantity::parse_non_negative(q).map_err(|source| ResourceError::Field {
+                    field: field.to_owned(),
+                    resource: resource.clone(),
+                    source,
+                })?;
             Ok((resource.clone(), parsed))
         })
         .collect()
@@ -173,7 +174,7 @@ pub fn container_request(
     let mut out = ResourceMap::new();
     for name in names {
         let parse = |q: &K8sQuantity| {
-            Quantity::parse_k8s(q).map_err(|source| ResourceError::Quantity {
+            Quantity::parse_non_negative(q).map_err(|source| ResourceError::Quantity {
                 container: c.name.clone(),
                 resource: name.clone(),
                 source,
@@ -294,7 +295,7 @@ fn apply_pod_level_resources(spec: &PodSpec, pod: &mut ResourceMap) -> Result<()
 }
 
 fn parse_pod_level(field: &str, name: &str, q: &K8sQuantity) -> Result<Quantity, ResourceError> {
-    Quantity::parse_k8s(q).map_err(|source| ResourceError::Field {
+    Quantity::parse_non_negative(q).map_err(|source| ResourceError::Field {
         field: field.to_owned(),
         resource: name.to_owned(),
         source,

@@ -12,7 +12,7 @@ use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 
 use crate::gang::Gang;
-use crate::job::Job;
+use crate::job::{InvalidJob, Job};
 
 pub use scheduler_plugins::SchedulerPlugins;
 pub use volcano::Volcano;
@@ -175,6 +175,22 @@ pub trait PodGroupBackend: Sync {
     fn unschedulable(&self, _status: Option<&Value>) -> Option<(String, String)> {
         None
     }
+
+    /// The longest PodGroup name pods can link to (a label value holds at most 63 characters).
+    fn max_name_len(&self) -> usize {
+        253
+    }
+
+    /// Checks the job's backend-specific fields before anything is written: a value the API
+    /// server would refuse is an invalid job; a doubtful one is a warning. `class_exists` says
+    /// whether a PriorityClass of that name exists.
+    fn check(
+        &self,
+        _job: &Job,
+        _class_exists: &dyn Fn(&str) -> bool,
+    ) -> Result<Vec<String>, InvalidJob> {
+        Ok(Vec::new())
+    }
 }
 
 /// The fields of `spec` that size the gang; frozen by `--resize` policies other than `always`.
@@ -225,9 +241,13 @@ pub fn desired_object(
     })
 }
 
-/// The PodGroup name: the link value the replica templates agree on, else the job name.
-/// Returns the name and, when templates disagree or name something invalid, why it fell back.
-pub fn pod_group_name(backend: &dyn PodGroupBackend, job: &Job) -> (String, Option<String>) {
+/// The PodGroup name: the link value the replica templates agree on, else the job name, with a
+/// warning when templates disagree. A name pods could not link to (not an object name, or too
+/// long for the backend's pod link) makes the job invalid: its pods could never join.
+pub fn pod_group_name(
+    backend: &dyn PodGroupBackend,
+    job: &Job,
+) -> Result<(String, Option<String>), InvalidJob> {
     let mut names: Vec<&str> = job
         .replicas
         .iter()
@@ -235,16 +255,15 @@ pub fn pod_group_name(backend: &dyn PodGroupBackend, job: &Job) -> (String, Opti
         .collect();
     names.sort_unstable();
     names.dedup();
-    match names.as_slice() {
+    let (name, warning) = match names.as_slice() {
         [] => (job.name.clone(), None),
         [one] if is_dns_subdomain(one) => (one.to_string(), None),
-        [one] => (
-            job.name.clone(),
-            Some(format!(
-                "the templates link to PodGroup {one:?}, which is not a valid object name; using {:?}",
-                job.name
-            )),
-        ),
+        [one] => {
+            return Err(InvalidJob::InvalidPodGroupName(format!(
+                "the templates link to PodGroup {one:?}, which is not a valid object name \
+                 (lowercase letters, digits, '-' and '.', at most 253 characters)"
+            )));
+        }
         many => (
             job.name.clone(),
             Some(format!(
@@ -252,7 +271,53 @@ pub fn pod_group_name(backend: &dyn PodGroupBackend, job: &Job) -> (String, Opti
                 job.name
             )),
         ),
+    };
+    let max = backend.max_name_len();
+    if name.len() > max {
+        let from = if names.is_empty() {
+            "the job name"
+        } else {
+            "the templates' link"
+        };
+        return Err(InvalidJob::InvalidPodGroupName(format!(
+            "PodGroup name {name:?} ({from}) has {} characters; pods link to a {} PodGroup with \
+             a value of at most {max}: {}",
+            name.len(),
+            backend.kind(),
+            if names.is_empty() {
+                "link the templates to a shorter PodGroup name"
+            } else {
+                "use a shorter link value"
+            }
+        )));
     }
+    Ok((name, warning))
+}
+
+/// The PodGroup name and the warnings about the job's link and backend fields, or why the job
+/// cannot get a PodGroup of this backend at all.
+pub fn name_and_checks(
+    backend: &dyn PodGroupBackend,
+    job: &Job,
+    class_exists: &dyn Fn(&str) -> bool,
+) -> Result<(String, Vec<String>), InvalidJob> {
+    let (name, warning) = pod_group_name(backend, job)?;
+    let mut warnings: Vec<String> = warning.into_iter().collect();
+    warnings.extend(backend.check(job, class_exists)?);
+    Ok((name, warnings))
+}
+
+/// At most `max` characters of `s`, with "…" when cut (for messages that quote user input).
+pub fn shorten(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+/// A DNS-1123 subdomain: the name of most Kubernetes objects.
+pub fn is_dns_subdomain_name(s: &str) -> bool {
+    is_dns_subdomain(s)
 }
 
 fn is_dns_subdomain(s: &str) -> bool {
@@ -468,19 +533,38 @@ mod tests {
         );
         assert_eq!(
             pod_group_name(&SchedulerPlugins, &linked),
-            ("my-gang".to_string(), None)
+            Ok(("my-gang".to_string(), None))
         );
         let unlinked = job(json!({}), json!({}), json!({}));
         assert_eq!(
             pod_group_name(&SchedulerPlugins, &unlinked),
-            ("j".to_string(), None)
+            Ok(("j".to_string(), None))
         );
         let bad = job(
             json!({}),
             json!({}),
             json!({"labels": {"scheduling.x-k8s.io/pod-group": "Not_Valid"}}),
         );
-        assert_eq!(pod_group_name(&SchedulerPlugins, &bad).0, "j");
+        assert!(matches!(
+            pod_group_name(&SchedulerPlugins, &bad),
+            Err(InvalidJob::InvalidPodGroupName(_))
+        ));
+        // A label value holds 63 characters: a 64-character link can never be carried by pods.
+        let long = job(
+            json!({}),
+            json!({}),
+            json!({"labels": {"scheduling.x-k8s.io/pod-group": "a".repeat(64)}}),
+        );
+        assert!(matches!(
+            pod_group_name(&SchedulerPlugins, &long),
+            Err(InvalidJob::InvalidPodGroupName(m)) if m.contains("64 characters")
+        ));
+        let volcano_long = job(
+            json!({}),
+            json!({}),
+            json!({"annotations": {"scheduling.k8s.io/group-name": "a".repeat(64)}}),
+        );
+        assert!(pod_group_name(&Volcano, &volcano_long).is_ok());
     }
 
     #[test]

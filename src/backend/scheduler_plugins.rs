@@ -5,6 +5,7 @@ use serde_json::{Map, Value, json};
 
 use super::{BackendKind, BackendOptions, Phase, PodGroupBackend, template_label};
 use crate::gang::Gang;
+use crate::job::InvalidJob;
 use crate::job::Job;
 
 /// The pod label coscheduling reads to find a pod's PodGroup.
@@ -58,11 +59,36 @@ impl PodGroupBackend for SchedulerPlugins {
         let timeout = job
             .scheduling_policy()
             .and_then(|p| p.schedule_timeout_seconds)
+            // A negative timeout is ignored (with a warning from `check`).
+            .filter(|t| *t >= 0)
             .or(opts.default_schedule_timeout_seconds);
         if let Some(t) = timeout {
             spec.insert("scheduleTimeoutSeconds".into(), json!(t));
         }
         Value::Object(spec)
+    }
+
+    fn max_name_len(&self) -> usize {
+        // The pod link is a label value.
+        63
+    }
+
+    fn check(
+        &self,
+        job: &Job,
+        _class_exists: &dyn Fn(&str) -> bool,
+    ) -> Result<Vec<String>, InvalidJob> {
+        let mut warnings = Vec::new();
+        if let Some(t) = job
+            .scheduling_policy()
+            .and_then(|p| p.schedule_timeout_seconds)
+            .filter(|t| *t < 0)
+        {
+            warnings.push(format!(
+                "schedulingPolicy.scheduleTimeoutSeconds {t} is negative and is ignored"
+            ));
+        }
+        Ok(warnings)
     }
 
     fn phase(&self, status: Option<&Value>) -> Phase {

@@ -6,10 +6,11 @@ use k8s_openapi::api::core::v1::PodTemplateSpec;
 use serde_json::{Map, Value, json};
 
 use super::{
-    BackendKind, BackendOptions, Phase, PodGroupBackend, scheduler_name, template_annotation,
+    BackendKind, BackendOptions, Phase, PodGroupBackend, is_dns_subdomain_name, scheduler_name,
+    template_annotation,
 };
 use crate::gang::Gang;
-use crate::job::Job;
+use crate::job::{InvalidJob, Job};
 
 /// The pod annotation the Volcano scheduler reads to find a pod's PodGroup.
 pub const GROUP_NAME_ANNOTATION: &str = "scheduling.k8s.io/group-name";
@@ -105,6 +106,54 @@ impl PodGroupBackend for Volcano {
             })
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
+    }
+
+    fn check(
+        &self,
+        job: &Job,
+        class_exists: &dyn Fn(&str) -> bool,
+    ) -> Result<Vec<String>, InvalidJob> {
+        let policy = job.scheduling_policy();
+        let queues = [
+            (
+                "schedulingPolicy.queue",
+                policy.and_then(|p| p.queue.as_deref()),
+            ),
+            (
+                "annotation scheduling.volcano.sh/queue-name",
+                job.annotations
+                    .get(QUEUE_NAME_ANNOTATION)
+                    .map(String::as_str),
+            ),
+        ];
+        for (field, queue) in queues {
+            if let Some(q) = queue.filter(|q| !q.is_empty() && !is_dns_subdomain_name(q)) {
+                return Err(InvalidJob::InvalidSchedulingPolicy(format!(
+                    "{field} {q:?} is not a valid Volcano Queue name (lowercase letters, digits, \
+                     '-' and '.', at most 253 characters)"
+                )));
+            }
+        }
+        let mut warnings = Vec::new();
+        if let Some(pc) = policy
+            .and_then(|p| p.priority_class.as_deref())
+            .filter(|c| !c.is_empty())
+        {
+            if !is_dns_subdomain_name(pc) {
+                return Err(InvalidJob::InvalidSchedulingPolicy(format!(
+                    "schedulingPolicy.priorityClass {:?} is not a valid PriorityClass name \
+                     (lowercase letters, digits, '-' and '.', at most 253 characters)",
+                    super::shorten(pc, 80)
+                )));
+            }
+            if !class_exists(pc) {
+                warnings.push(format!(
+                    "schedulingPolicy.priorityClass {pc:?} does not exist; Volcano gives the gang \
+                     no priority until it does"
+                ));
+            }
+        }
+        Ok(warnings)
     }
 
     fn phase(&self, status: Option<&Value>) -> Phase {

@@ -1,0 +1,89 @@
+//! Reasons to look at jobs again, sent by the context caches to every job kind's controller,
+//! and their translation into the job references one controller reconciles.
+
+use futures::{Stream, StreamExt};
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use kube::discovery::ApiResource;
+use kube::runtime::reflector::{ObjectRef, Store};
+use tokio::sync::broadcast;
+
+use crate::job::JobKind;
+
+/// A reason to look at jobs again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Trigger {
+    /// Everything in a namespace (its annotations or LimitRanges changed).
+    Namespace(String),
+    /// Every job (a PriorityClass, RuntimeClass or served backend changed, or a cache relisted).
+    All,
+    /// One job, named by a PodGroup's controller reference.
+    Job {
+        api_version: String,
+        kind: String,
+        namespace: String,
+        name: String,
+    },
+}
+
+/// The job a PodGroup's controller reference names.
+pub fn owner_trigger(pg: &DynamicObject) -> Option<Trigger> {
+    let owner = pg
+        .metadata
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|o| o.controller == Some(true))?;
+    Some(Trigger::Job {
+        api_version: owner.api_version.clone(),
+        kind: owner.kind.clone(),
+        namespace: pg.namespace()?,
+        name: owner.name.clone(),
+    })
+}
+
+/// Turns triggers into the job references one kind's controller should reconcile.
+pub fn job_refs(
+    triggers: broadcast::Receiver<Trigger>,
+    jobs: Store<DynamicObject>,
+    kind: &'static JobKind,
+    ar: ApiResource,
+) -> impl Stream<Item = ObjectRef<DynamicObject>> + Send + 'static {
+    receiver_stream(triggers).flat_map(move |t| {
+        let refs: Vec<ObjectRef<DynamicObject>> = match t {
+            Some(Trigger::Job {
+                api_version,
+                kind: k,
+                namespace,
+                name,
+            }) if k == kind.kind && api_version == kind.api_version() => {
+                vec![ObjectRef::new_with(&name, ar.clone()).within(&namespace)]
+            }
+            Some(Trigger::Job { .. }) => vec![],
+            Some(Trigger::Namespace(ns)) => jobs
+                .state()
+                .iter()
+                .filter(|j| j.metadata.namespace.as_deref() == Some(ns.as_str()))
+                .map(|j| ObjectRef::from_obj_with(j.as_ref(), ar.clone()))
+                .collect(),
+            // `None`: the receiver lagged and lost triggers; look at everything.
+            Some(Trigger::All) | None => jobs
+                .state()
+                .iter()
+                .map(|j| ObjectRef::from_obj_with(j.as_ref(), ar.clone()))
+                .collect(),
+        };
+        futures::stream::iter(refs)
+    })
+}
+
+/// A broadcast receiver as a stream; a lag becomes `None` ("you missed something").
+fn receiver_stream(rx: broadcast::Receiver<Trigger>) -> impl Stream<Item = Option<Trigger>> + Send {
+    futures::stream::unfold(rx, |mut rx| async move {
+        match rx.recv().await {
+            Ok(t) => Some((Some(t), rx)),
+            Err(broadcast::error::RecvError::Lagged(_)) => Some((None, rx)),
+            Err(broadcast::error::RecvError::Closed) => None,
+        }
+    })
+}

@@ -1,0 +1,311 @@
+//! Watches that lose nothing across a fault: a short reconnect backoff, and objects handed on
+//! only once the cache holds them.
+//!
+//! kube-runtime's reflector buffers a relist and swaps it into its store only when the relist
+//! completes (`InitDone`), but passes each relisted object downstream as it arrives
+//! (`InitApply`). Anything that looks an object up in the store on such an event — a
+//! controller's reconcile, a trigger that scans the cache — reads the store of *before* the
+//! relist, so an object created while the watch was down is not found and is dropped. After an
+//! API-server restart that lost every job created during the outage. Here relisted objects are
+//! handed on only at `InitDone`, when the store holds all of them, and a relist of a context
+//! cache (namespaces, PodGroups, …) makes every job be looked at again.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt, future};
+use kube::api::DynamicObject;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::utils::Backoff;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
+use tracing::warn;
+
+use crate::backend::BackendKind;
+use crate::liveness::Probe;
+use crate::metrics::Metrics;
+use crate::reconcile::{FIELD_MANAGER, OwnedIndex};
+use crate::trigger::{Trigger, owner_trigger};
+
+/// Dropped from cached objects: a second copy of the whole object.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// First reconnect delay of a failed watch.
+pub const WATCH_BACKOFF_MIN: Duration = Duration::from_millis(250);
+/// Longest reconnect delay of a failed watch: a watch is back within this (plus a connect) once
+/// the API server is. A failing watch costs one request per this interval.
+pub const WATCH_BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// Exponential reconnect backoff for watches: 250 ms doubling to 2 s, each delay drawn from
+/// [½, 1] of its step so that many watchers do not reconnect in step; reset by any success.
+pub struct WatchBackoff {
+    step: Duration,
+    seed: u64,
+}
+
+impl Default for WatchBackoff {
+    fn default() -> Self {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+            | 1;
+        WatchBackoff {
+            step: WATCH_BACKOFF_MIN,
+            seed,
+        }
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        // xorshift64: jitter needs no cryptographic randomness.
+        self.seed ^= self.seed << 13;
+        self.seed ^= self.seed >> 7;
+        self.seed ^= self.seed << 17;
+        let fraction = 0.5 + (self.seed % 1000) as f64 / 2000.0;
+        let delay = self.step.mul_f64(fraction);
+        self.step = (self.step * 2).min(WATCH_BACKOFF_MAX);
+        Some(delay)
+    }
+}
+
+impl Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.step = WATCH_BACKOFF_MIN;
+    }
+}
+
+/// The objects to reconcile from a reflected watch stream: each applied object as it comes, and
+/// after a (re)list every object of the store — at `InitDone`, when the store holds them all.
+/// Errors pass through.
+pub fn settled_objects<K, S>(
+    stream: S,
+    store: Store<K>,
+) -> impl Stream<Item = Result<K, watcher::Error>> + Send
+where
+    K: Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: std::hash::Hash + Eq + Clone,
+    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
+{
+    stream
+        .filter_map(move |event| {
+            let out: Option<Vec<Result<K, watcher::Error>>> = match event {
+                Ok(watcher::Event::Apply(obj)) => Some(vec![Ok(obj)]),
+                Ok(watcher::Event::InitDone) => Some(
+                    store
+                        .state()
+                        .into_iter()
+                        .map(|o| Ok(o.as_ref().clone()))
+                        .collect(),
+                ),
+                Ok(_) => None,
+                Err(e) => Some(vec![Err(e)]),
+            };
+            future::ready(out.map(futures::stream::iter))
+        })
+        .flatten()
+}
+
+/// Records a watch error: its probe, the error counter and a log line.
+fn watch_error(probe: &Probe, metrics: &Metrics, e: &watcher::Error) {
+    let resource = probe.resource();
+    metrics.watch_errors.with_label_values(&[resource]).inc();
+    warn!(%resource, error = %e, "watch error; retrying");
+}
+
+/// Runs a cache of a context resource (namespaces, LimitRanges, …) and sends `to_trigger` of
+/// every change to the job controllers; a completed relist sends [`Trigger::All`], since the
+/// relist may have brought changes that no single event announced.
+pub fn spawn_context_cache<K>(
+    api: Api<K>,
+    triggers: broadcast::Sender<Trigger>,
+    to_trigger: impl Fn(&K) -> Option<Trigger> + Send + Sync + 'static,
+    probe: Probe,
+    metrics: Arc<Metrics>,
+) -> (Store<K>, JoinHandle<()>)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let stream = watcher(api, watcher::Config::default())
+        .backoff(WatchBackoff::default())
+        .reflect(writer);
+    let handle = tokio::spawn(async move {
+        let _guard = probe.task_guard();
+        stream
+            .for_each(|ev| {
+                probe.observe(&ev);
+                let trigger = match &ev {
+                    Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) => to_trigger(o),
+                    Ok(watcher::Event::InitDone) => Some(Trigger::All),
+                    Ok(_) => None,
+                    Err(e) => {
+                        watch_error(&probe, &metrics, e);
+                        None
+                    }
+                };
+                if let Some(t) = trigger {
+                    let _ = triggers.send(t);
+                }
+                future::ready(())
+            })
+            .await;
+    });
+    (reader, handle)
+}
+
+/// The PodGroup cache of one backend. A change requeues the owning job; a completed relist
+/// rebuilds the owner index from the store (a PodGroup deleted while the watch was down leaves
+/// no event behind) and requeues every job.
+pub fn spawn_pod_group_cache(
+    client: Client,
+    backend: BackendKind,
+    triggers: broadcast::Sender<Trigger>,
+    probe: Probe,
+    metrics: Arc<Metrics>,
+    owned: OwnedIndex,
+) -> (Store<DynamicObject>, JoinHandle<()>) {
+    let ar = backend.backend().api_resource();
+    let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
+    let reader = writer.as_reader();
+    let store = reader.clone();
+    let api: Api<DynamicObject> = Api::all_with(client, &ar);
+    // Only what podgroup-sync reads is kept in memory.
+    let stream = watcher(api, watcher::Config::default())
+        .backoff(WatchBackoff::default())
+        .modify(|pg: &mut DynamicObject| {
+            if let Some(a) = pg.metadata.annotations.as_mut() {
+                a.remove(LAST_APPLIED);
+            }
+            // Its own field-manager entry says which fields it applied; the others are not read.
+            if let Some(m) = pg.metadata.managed_fields.as_mut() {
+                m.retain(|e| e.manager.as_deref() == Some(FIELD_MANAGER));
+            }
+        })
+        .reflect(writer);
+    let handle = tokio::spawn(async move {
+        let _guard = probe.task_guard();
+        stream
+            .for_each(|ev| {
+                probe.observe(&ev);
+                match &ev {
+                    Ok(watcher::Event::Apply(pg)) | Ok(watcher::Event::Delete(pg)) => {
+                        let deleted = matches!(ev, Ok(watcher::Event::Delete(_)));
+                        owned.observe(backend, pg, deleted);
+                        if let Some(t) = owner_trigger(pg) {
+                            let _ = triggers.send(t);
+                        }
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        owned.replace(backend, &store.state());
+                        let _ = triggers.send(Trigger::All);
+                    }
+                    Ok(_) => {}
+                    Err(e) => watch_error(&probe, &metrics, e),
+                }
+                future::ready(())
+            })
+            .await;
+    });
+    (reader, handle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::runtime::reflector;
+    use kube::runtime::utils::WatchStreamExt;
+
+    fn cm(name: &str) -> ConfigMap {
+        let mut c = ConfigMap::default();
+        c.metadata.name = Some(name.into());
+        c.metadata.namespace = Some("ns".into());
+        c
+    }
+
+    fn names(out: &[Result<ConfigMap, watcher::Error>]) -> Vec<String> {
+        out.iter()
+            .map(|r| r.as_ref().unwrap().metadata.name.clone().unwrap())
+            .collect()
+    }
+
+    /// The lost-job defect: during a relist, an object reaches the consumer only when the store
+    /// already holds it, so a lookup by the consumer always finds it.
+    #[tokio::test]
+    async fn relisted_objects_are_handed_on_only_once_the_store_holds_them() {
+        let (reader, writer) = reflector::store::<ConfigMap>();
+        let events = vec![
+            Ok(watcher::Event::Init),
+            Ok(watcher::Event::InitApply(cm("old"))),
+            Ok(watcher::Event::InitDone),
+            Ok(watcher::Event::Apply(cm("live"))),
+            // The watch broke; a relist brings a job created meanwhile, and drops "live".
+            Ok(watcher::Event::Init),
+            Ok(watcher::Event::InitApply(cm("a-new"))),
+            Ok(watcher::Event::InitApply(cm("old"))),
+            Ok(watcher::Event::InitDone),
+        ];
+        let check = reader.clone();
+        let stream = futures::stream::iter(events).reflect(writer);
+        let out: Vec<_> = settled_objects(stream, reader)
+            .inspect(|r| {
+                let obj = r.as_ref().unwrap();
+                let key = reflector::ObjectRef::from_obj(obj);
+                assert!(
+                    check.get(&key).is_some(),
+                    "{key} handed on before the store held it"
+                );
+            })
+            .collect()
+            .await;
+        let mut got = names(&out);
+        got[2..].sort();
+        assert_eq!(got, vec!["old", "live", "a-new", "old"]);
+    }
+
+    /// Pins the upstream behaviour `settled_objects` exists for: kube-runtime's reflector hands
+    /// relisted objects on before its store holds them. If an upgrade changes this, this test
+    /// says so (and `settled_objects` may become unnecessary).
+    #[tokio::test]
+    async fn upstream_reflector_hands_relisted_objects_on_before_the_store_holds_them() {
+        let (reader, writer) = reflector::store::<ConfigMap>();
+        let events = vec![
+            Ok(watcher::Event::Init),
+            Ok(watcher::Event::InitApply(cm("a-new"))),
+            Ok(watcher::Event::InitDone),
+        ];
+        let missing: Vec<bool> = futures::stream::iter(events)
+            .reflect(writer)
+            .applied_objects()
+            .map(|r| {
+                let key = reflector::ObjectRef::from_obj(&r.unwrap());
+                reader.get(&key).is_none()
+            })
+            .collect()
+            .await;
+        assert_eq!(missing, vec![true]);
+    }
+
+    #[test]
+    fn the_backoff_grows_to_its_cap_with_jitter_and_resets() {
+        let mut b = WatchBackoff::default();
+        let delays: Vec<Duration> = (&mut b).take(8).collect();
+        assert!(delays[0] >= WATCH_BACKOFF_MIN / 2 && delays[0] <= WATCH_BACKOFF_MIN);
+        assert!(delays.iter().all(|d| *d <= WATCH_BACKOFF_MAX));
+        assert!(delays[7] >= WATCH_BACKOFF_MAX / 2);
+        b.reset();
+        assert!(b.next().unwrap() <= WATCH_BACKOFF_MIN);
+    }
+}
