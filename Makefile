@@ -3,9 +3,11 @@
 #               on a real control plane (built from the Go module proxy on first use)
 #   make demo   a local control plane, the controller, the sample jobs and their PodGroups
 #   make bench  the scale benchmark (bench/Makefile.inc)
+#   make faults the fault tier: API server, etcd and controller killed and restarted, a forced
+#               watch expiry and 429 throttling, each mid-burst on a control plane of its own
 #   make e2e    the end-to-end tier: kwok nodes, the scheduler-plugins and Volcano schedulers,
 #               training-operator and mpi-operator (gang mode off), all built from the Go proxy
-.PHONY: test lint unit integration binaries e2e demo build release
+.PHONY: test lint unit integration binaries faults e2e demo build release
 
 CARGO ?= cargo
 
@@ -16,6 +18,7 @@ lint:
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets -- -D warnings
 	$(CARGO) clippy --test e2e -- -D warnings
+	$(CARGO) clippy --test faults -- -D warnings
 
 unit:
 	$(CARGO) test --lib
@@ -26,6 +29,10 @@ binaries:
 
 integration: binaries
 	$(CARGO) test --tests
+
+# One scenario at a time: each kills processes of a control plane of its own.
+faults: binaries
+	$(CARGO) test --test faults -- --test-threads=1 --nocapture
 
 e2e: binaries
 	tests/e2e/get-e2e-binaries.sh >/dev/null

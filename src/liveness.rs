@@ -157,15 +157,20 @@ impl Probe {
         &self.resource
     }
 
-    /// Records one item of the watch stream.
-    pub fn observe<K>(&self, event: &Result<watcher::Event<K>, watcher::Error>) {
+    /// Records one item of the watch stream. True when it starts a relist of a cache that had
+    /// synced before (the watch expired or broke and could not resume).
+    pub fn observe<K>(&self, event: &Result<watcher::Event<K>, watcher::Error>) -> bool {
         let now = Instant::now();
+        let mut relist = false;
         self.liveness
             .update(&self.resource, self.generation, |w| match event {
                 Ok(ev) => {
                     w.failing_since = None;
                     match ev {
-                        watcher::Event::Init => w.relisting_since = Some(now),
+                        watcher::Event::Init => {
+                            relist = w.synced;
+                            w.relisting_since = Some(now);
+                        }
                         watcher::Event::InitDone => {
                             w.relisting_since = None;
                             w.synced = true;
@@ -184,6 +189,7 @@ impl Probe {
                     w.last_error = Some((now, e.to_string()));
                 }
             });
+        relist
     }
 
     /// A guard for the task that drives the watch: when the task ends (or panics) while the
@@ -227,9 +233,9 @@ mod tests {
     fn a_relist_is_stale_until_done_and_a_problem_past_the_stall_limit() {
         let l = Liveness::default();
         let p = l.probe("jobs");
-        p.observe::<()>(&Ok(watcher::Event::Init));
+        assert!(!p.observe::<()>(&Ok(watcher::Event::Init)));
         p.observe::<()>(&Ok(watcher::Event::InitDone));
-        p.observe::<()>(&Ok(watcher::Event::Init));
+        assert!(p.observe::<()>(&Ok(watcher::Event::Init)), "a relist");
         assert_eq!(l.stale(), vec!["jobs: relisting".to_string()]);
         assert!(l.problems(Duration::from_secs(60)).is_empty());
         assert_eq!(l.problems(Duration::ZERO).len(), 1);

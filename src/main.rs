@@ -286,6 +286,11 @@ async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, Box<dyn st
     // An API server that does not accept a connection within this is down: fail fast and let
     // the watch and requeue backoffs retry, instead of hanging a reconcile.
     config.connect_timeout = Some(CONNECT_TIMEOUT);
+    // No retries inside the client: its default retries a 429/503/504 up to 15 times with
+    // delays growing to minutes, which holds a reconcile (and the Lease renewal) far past the
+    // fault. Failed requests surface at once and are retried by the requeue and watch
+    // backoffs, whose caps are seconds.
+    config.default_retry = false;
     Ok(kube::Client::try_from(config)?)
 }
 

@@ -35,6 +35,7 @@ pub struct Metrics {
     pub events_failed: IntCounterVec,
     pub reconcile_errors: IntCounterVec,
     pub watch_errors: IntCounterVec,
+    pub cache_relists: IntCounterVec,
     pub stale_caches: IntGauge,
     pub leader: IntGauge,
     pub build_info: IntGaugeVec,
@@ -166,6 +167,11 @@ impl Metrics {
         registry
             .register(Box::new(stale_caches.clone()))
             .expect("unique metric");
+        let cache_relists = counter_vec(
+            "podgroup_sync_cache_relists_total",
+            "Relists of a synced cache, by resource: its watch expired (410) or broke and could not resume.",
+            &["resource"],
+        );
         let watch_errors = counter_vec(
             "podgroup_sync_watch_errors_total",
             "Errors listing or watching a resource (e.g. RBAC forbids it), by resource.",
@@ -213,6 +219,7 @@ impl Metrics {
             events_failed,
             reconcile_errors,
             watch_errors,
+            cache_relists,
             stale_caches,
             leader,
             build_info,
@@ -291,6 +298,7 @@ impl Metrics {
         add(self.events_failed.desc());
         add(self.reconcile_errors.desc());
         add(self.watch_errors.desc());
+        add(self.cache_relists.desc());
         add(self.build_info.desc());
         out
     }

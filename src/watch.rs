@@ -22,7 +22,7 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
-use tracing::warn;
+use tracing::{info, warn};
 
 use crate::backend::BackendKind;
 use crate::liveness::Probe;
@@ -111,11 +111,21 @@ where
         .flatten()
 }
 
-/// Records a watch error: its probe, the error counter and a log line.
-fn watch_error(probe: &Probe, metrics: &Metrics, e: &watcher::Error) {
+/// Records one item of a watch stream: the probe, relists and errors (counted and logged).
+pub fn observe<K>(
+    probe: &Probe,
+    metrics: &Metrics,
+    ev: &Result<watcher::Event<K>, watcher::Error>,
+) {
     let resource = probe.resource();
-    metrics.watch_errors.with_label_values(&[resource]).inc();
-    warn!(%resource, error = %e, "watch error; retrying");
+    if probe.observe(ev) {
+        metrics.cache_relists.with_label_values(&[resource]).inc();
+        info!(%resource, "relisting: the watch could not resume");
+    }
+    if let Err(e) = ev {
+        metrics.watch_errors.with_label_values(&[resource]).inc();
+        warn!(%resource, error = %e, "watch error; retrying");
+    }
 }
 
 /// Runs a cache of a context resource (namespaces, LimitRanges, …) and sends `to_trigger` of
@@ -145,15 +155,11 @@ where
         let _guard = probe.task_guard();
         stream
             .for_each(|ev| {
-                probe.observe(&ev);
+                observe(&probe, &metrics, &ev);
                 let trigger = match &ev {
                     Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) => to_trigger(o),
                     Ok(watcher::Event::InitDone) => Some(Trigger::All),
-                    Ok(_) => None,
-                    Err(e) => {
-                        watch_error(&probe, &metrics, e);
-                        None
-                    }
+                    _ => None,
                 };
                 if let Some(t) = trigger {
                     let _ = triggers.send(t);
@@ -198,7 +204,7 @@ pub fn spawn_pod_group_cache(
         let _guard = probe.task_guard();
         stream
             .for_each(|ev| {
-                probe.observe(&ev);
+                observe(&probe, &metrics, &ev);
                 match &ev {
                     Ok(watcher::Event::Apply(pg)) | Ok(watcher::Event::Delete(pg)) => {
                         let deleted = matches!(ev, Ok(watcher::Event::Delete(_)));
@@ -211,8 +217,7 @@ pub fn spawn_pod_group_cache(
                         owned.replace(backend, &store.state());
                         let _ = triggers.send(Trigger::All);
                     }
-                    Ok(_) => {}
-                    Err(e) => watch_error(&probe, &metrics, e),
+                    _ => {}
                 }
                 future::ready(())
             })

@@ -33,14 +33,21 @@ pub fn spawn(cluster: &Cluster, kubeconfig: Option<&std::path::Path>, args: &[&s
     let log = dir.join(format!("podgroup-sync-{}.log", addr.port()));
     let log_file = std::fs::File::create(&log).expect("controller log file");
     let kubeconfig = kubeconfig.unwrap_or(&cluster.kubeconfig);
-    let child = Command::new(env!("CARGO_BIN_EXE_podgroup-sync"))
+    // PGS_CONTROLLER_BIN runs another build (e.g. an older commit) under the same tests.
+    let bin = std::env::var("PGS_CONTROLLER_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_podgroup-sync").to_string());
+    let child = Command::new(bin)
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .arg("--http-addr")
         .arg(addr.to_string())
         .args(["--discovery-interval-seconds", "2"])
         .args(args)
-        .env("PODGROUP_SYNC_LOG", "info,podgroup_sync=debug")
+        .env(
+            "PODGROUP_SYNC_LOG",
+            std::env::var("PGS_CONTROLLER_LOG")
+                .unwrap_or_else(|_| "info,podgroup_sync=debug".into()),
+        )
         .stdin(Stdio::null())
         .stdout(log_file.try_clone().unwrap())
         .stderr(log_file)

@@ -20,6 +20,7 @@
 #![allow(dead_code)]
 
 pub mod controller;
+pub mod faults;
 pub mod jobs;
 
 use std::future::Future;
@@ -36,7 +37,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 
 /// A control plane the tests can talk to.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Cluster {
     /// Admin kubeconfig (client certificate in group system:masters).
     pub kubeconfig: PathBuf,
@@ -229,6 +230,24 @@ fn reuse_cluster(kubeconfig: PathBuf) -> Result<Cluster, String> {
         work_dir: None,
         bin_dir,
     })
+}
+
+/// A control plane of the caller's own (not the shared one), started now: for tests that stop
+/// and kill its processes. Stopped when this test process exits, like the shared one.
+pub fn private_cluster() -> Cluster {
+    start_cluster().unwrap_or_else(|message| panic!("{message}"))
+}
+
+/// Stops a control plane started by [`private_cluster`] now (its logs stay).
+pub fn stop_cluster(cluster: &Cluster) {
+    if let Some(dir) = &cluster.work_dir {
+        let _ = Command::new(cluster_dir().join("stop.sh"))
+            .arg(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
 }
 
 /// Runs start.sh in a fresh directory under the system temp dir, owned by this process.
