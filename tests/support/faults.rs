@@ -91,38 +91,50 @@ fn wait_gone(pid: u32) {
 }
 
 /// Starts `p`'s command line again (its log goes to WORK_DIR/<binary>-restarted.log) and
-/// records the new PID for stop.sh.
+/// records the new PID for stop.sh. A process that exits at once — its port still held by
+/// connections of the killed one — is started again, for up to 60 s.
 pub fn relaunch(cluster: &Cluster, p: &Proc) -> Proc {
     let dir = work_dir(cluster);
-    let name = p.argv[0]
-        .rsplit('/')
-        .next()
-        .unwrap_or("process")
-        .to_string();
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join(format!("{name}-restarted.log")))
-        .expect("log file");
-    let child = Command::new(&p.argv[0])
-        .args(&p.argv[1..])
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().expect("log"))
-        .stderr(log)
-        .spawn()
-        .unwrap_or_else(|e| panic!("relaunch {name}: {e}"));
-    let pid = child.id();
-    // Not waited for here: stop.sh (or the reaper) ends it by PID; the zombie is reaped when
-    // this test process exits.
-    std::mem::forget(child);
-    let mut pids = std::fs::OpenOptions::new()
-        .append(true)
-        .open(dir.join("pids"))
-        .expect("pids file");
-    writeln!(pids, "{pid}").expect("record pid");
-    Proc {
-        pid,
-        argv: p.argv.clone(),
+    let name = p.argv[0].rsplit('/').next().unwrap_or("process").to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join(format!("{name}-restarted.log")))
+            .expect("log file");
+        let mut child = Command::new(&p.argv[0])
+            .args(&p.argv[1..])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("relaunch {name}: {e}"));
+        let pid = child.id();
+        let mut pids = std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.join("pids"))
+            .expect("pids file");
+        writeln!(pids, "{pid}").expect("record pid");
+        std::thread::sleep(Duration::from_millis(1500));
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "{name} keeps exiting ({status}); see {name}-restarted.log"
+                );
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            _ => {
+                // Not waited for here: stop.sh (or the reaper) ends it by PID; the zombie is
+                // reaped when this test process exits.
+                std::mem::forget(child);
+                return Proc {
+                    pid,
+                    argv: p.argv.clone(),
+                };
+            }
+        }
     }
 }
 
