@@ -1,0 +1,341 @@
+//! Property test over the whole pure pipeline, no cluster: arbitrary job JSON of each kind →
+//! normalise → gang → PodGroup name and checks → desired PodGroup of each backend, and the
+//! offline `explain` of the same manifest. For every input: no panic, the same output twice,
+//! and any PodGroup produced is one the API server can accept (a valid name that pods can link
+//! to, minMember ≥ 1, no negative quantity).
+//!
+//! CI runs `PROPTEST_CASES` cases (default below); a long run is
+//! `PROPTEST_CASES=200000 cargo test --release --test properties`.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use podgroup_sync::backend::{self, BACKENDS, BackendOptions};
+use podgroup_sync::gang::{self, Priorities};
+use podgroup_sync::job::{self, JobKind, KINDS};
+use podgroup_sync::quantity::Quantity;
+use podgroup_sync::resources::AdmissionDefaults;
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+/// Cases per property when `PROPTEST_CASES` is unset.
+const DEFAULT_CASES: u32 = 2000;
+
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_CASES)
+}
+
+/// Any JSON, shallow: what a schema-less corner of a job may hold.
+fn any_json() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        any::<f64>()
+            .prop_filter("finite", |f| f.is_finite())
+            .prop_map(Value::from),
+        ".{0,12}".prop_map(Value::from),
+    ];
+    leaf.prop_recursive(2, 8, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..3).prop_map(Value::from),
+            prop::collection::btree_map("[a-zA-Z]{1,6}", inner, 0..3)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+fn quantity() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        40 => prop::sample::select(vec!["1", "0", "500m", "1.5", "2Gi", "1e3", "12e-3", " 3 ", "+4"])
+            .prop_map(Value::from),
+        2 => prop::sample::select(vec![
+            "-2", "-1Gi", "0.0000000001", "1Ei", "9223372036854775807",
+            "99999999999999999999999999Ei", "two", "", "1.5.5", "1ki", "0x10",
+        ])
+        .prop_map(Value::from),
+        1 => any::<i32>().prop_map(Value::from),
+        1 => any_json(),
+    ]
+}
+
+fn resource_map() -> impl Strategy<Value = Value> {
+    prop::collection::btree_map(
+        prop::sample::select(vec!["cpu", "memory", "nvidia.com/gpu", "ephemeral-storage", "pods"]),
+        quantity(),
+        0..3,
+    )
+    .prop_map(|m| json!(m))
+}
+
+fn container() -> impl Strategy<Value = Value> {
+    (
+        resource_map(),
+        resource_map(),
+        prop::option::of(prop::sample::select(vec!["Always", "Never", "OnFailure"])),
+    )
+        .prop_map(|(requests, limits, restart)| {
+            let mut c = json!({"name": "c", "image": "i",
+                "resources": {"requests": requests, "limits": limits}});
+            if let Some(r) = restart {
+                c["restartPolicy"] = json!(r);
+            }
+            c
+        })
+}
+
+fn link_value() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just("gang".to_string()),
+        Just("Not_Valid".to_string()),
+        Just("a".repeat(63)),
+        Just("a".repeat(64)),
+        Just("a".repeat(254)),
+        "[a-z0-9.-]{0,20}",
+        ".{0,10}",
+    ]
+}
+
+fn template() -> impl Strategy<Value = Value> {
+    (
+        prop_oneof![
+            9 => prop::collection::vec(container(), 1..3),
+            1 => Just(Vec::new()),
+        ],
+        prop::collection::vec(container(), 0..2),
+        prop::option::of(resource_map()),
+        prop::option::of(prop::sample::select(vec![
+            "", "high", "missing", "volcano", "default-scheduler",
+        ])),
+        prop::option::of(link_value()),
+        prop::option::of(link_value()),
+        prop::option::of(prop::sample::select(vec!["gvisor", "kata", ""])),
+    )
+        .prop_map(
+            |(containers, init, overhead, class_or_scheduler, label, annotation, rc)| {
+                let mut spec = json!({"containers": containers, "initContainers": init});
+                if let Some(o) = overhead {
+                    spec["overhead"] = o;
+                }
+                if let Some(s) = class_or_scheduler {
+                    spec["priorityClassName"] = json!(s);
+                    spec["schedulerName"] = json!(s);
+                }
+                if let Some(rc) = rc {
+                    spec["runtimeClassName"] = json!(rc);
+                }
+                let mut meta = json!({});
+                if let Some(l) = label {
+                    meta["labels"] = json!({"scheduling.x-k8s.io/pod-group": l});
+                }
+                if let Some(a) = annotation {
+                    meta["annotations"] = json!({"scheduling.k8s.io/group-name": a,
+                        "volcano.sh/task-spec": "t"});
+                }
+                json!({"metadata": meta, "spec": spec})
+            },
+        )
+}
+
+fn replicas() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        3 => (0u64..5).prop_map(Value::from),
+        1 => Just(Value::Null),
+        1 => prop::sample::select(vec![json!(-1), json!(2147483647u64), json!(1.5), json!("3")]),
+    ]
+}
+
+/// Replica specs of the kind's own types, each with a template: mostly valid.
+fn tidy_replica_specs(kind: &'static JobKind) -> impl Strategy<Value = Value> {
+    prop::collection::btree_map(
+        prop::sample::select(kind.replica_types.to_vec()),
+        ((0u64..5).prop_map(Value::from), template())
+            .prop_map(|(r, t)| json!({"replicas": r, "template": t})),
+        1..4,
+    )
+    .prop_flat_map(move |specs| {
+        // MPIJobs need their Launcher; add one most of the time.
+        let needs_launcher = kind.kind == "MPIJob" && !specs.contains_key("Launcher");
+        (template(), 0..10u8).prop_map(move |(t, roll)| {
+            let mut specs = specs.clone();
+            if needs_launcher && roll > 0 {
+                specs.insert("Launcher", json!({"replicas": 1, "template": t}));
+            }
+            json!(specs)
+        })
+    })
+}
+
+fn replica_specs(kind: &'static JobKind) -> impl Strategy<Value = Value> {
+    prop_oneof![3 => tidy_replica_specs(kind), 1 => messy_replica_specs(kind)]
+}
+
+/// Anything goes: unknown and duplicate types, missing templates, odd values.
+fn messy_replica_specs(kind: &'static JobKind) -> impl Strategy<Value = Value> {
+    let mut keys: Vec<String> = kind.replica_types.iter().map(|s| s.to_string()).collect();
+    keys.extend(kind.replica_types.iter().map(|s| s.to_lowercase()));
+    keys.push("Foo".into());
+    prop::collection::btree_map(
+        prop::sample::select(keys),
+        prop_oneof![
+            8 => (replicas(), template())
+                .prop_map(|(r, t)| json!({"replicas": r, "template": t})),
+            1 => Just(json!({"replicas": 1})),
+            1 => any_json(),
+        ],
+        0..4,
+    )
+    .prop_map(|m| json!(m))
+}
+
+fn run_policy() -> impl Strategy<Value = Value> {
+    (
+        prop::option::of(any::<bool>()),
+        prop_oneof![
+            6 => Just(None),
+            2 => (-2i64..12).prop_map(|v| Some(Value::from(v))),
+            1 => any_json().prop_map(Some),
+        ],
+        prop::option::of(prop::sample::select(vec!["q", "q", "q", "Bad_Queue", "", "a.b"])),
+        prop::option::of(resource_map()),
+        prop::option::of(prop::sample::select(vec!["high", "missing", "Bad_Class", ""])),
+        prop::option::of(prop::sample::select(vec![-1, 0, 30, i32::MAX])),
+    )
+        .prop_map(|(suspend, min_available, queue, min_resources, pc, timeout)| {
+            json!({"suspend": suspend, "schedulingPolicy": {
+                "minAvailable": min_available, "queue": queue, "minResources": min_resources,
+                "priorityClass": pc, "scheduleTimeoutSeconds": timeout}})
+        })
+}
+
+fn job_json() -> impl Strategy<Value = (&'static JobKind, Value)> {
+    prop::sample::select(KINDS.to_vec()).prop_flat_map(|kind| {
+        (
+            replica_specs(kind),
+            prop_oneof![8 => run_policy(), 1 => any_json()],
+            prop::option::of(prop::collection::btree_map(
+                prop::sample::select(vec![
+                    "scheduling.volcano.sh/queue-name",
+                    "volcano.sh/preemptable",
+                    "podgroup-sync.io/backend",
+                ]),
+                prop::sample::select(vec!["q", "Not A Queue!", "volcano", "kueue", ""]),
+                0..3,
+            )),
+            prop::option::of((-1i64..6, -1i64..6)),
+            prop::sample::select(vec!["j", "job-with-a-much-longer-name", "x"]),
+        )
+            .prop_map(move |(specs, run_policy, annotations, elastic, name)| {
+                let mut spec = json!({kind.replica_specs_field: specs, "runPolicy": run_policy});
+                if let Some((min, max)) = elastic {
+                    spec["elasticPolicy"] = json!({"minReplicas": min, "maxReplicas": max});
+                }
+                if kind.kind == "MPIJob" {
+                    spec["launcherCreationPolicy"] = json!("WaitForWorkersReady");
+                }
+                let name = if name == "x" { "x".repeat(70) } else { name.to_string() };
+                let j = json!({"apiVersion": kind.api_version(), "kind": kind.kind,
+                    "metadata": {"name": name, "namespace": "ns", "uid": "u",
+                        "annotations": annotations.unwrap_or_default()},
+                    "spec": spec});
+                (kind, j)
+            })
+    })
+}
+
+fn priorities() -> Priorities {
+    let mut high = PriorityClass::default();
+    high.metadata.name = Some("high".into());
+    high.value = 1000;
+    Priorities::from_classes([&high])
+}
+
+/// The pipeline's result for every backend, as comparable text.
+fn pipeline(kind: &'static JobKind, obj: &Value) -> Vec<String> {
+    let opts = BackendOptions::default();
+    let job = match job::normalize(kind, obj) {
+        Ok(j) => j,
+        Err(e) => return vec![format!("invalid: {e}")],
+    };
+    let priorities = priorities();
+    let gang = match gang::compute(&job, &priorities, &AdmissionDefaults::default()) {
+        Ok(g) => g,
+        Err(e) => return vec![format!("invalid gang: {e}")],
+    };
+    assert!(gang.min_member >= 1, "minMember {}", gang.min_member);
+    let mut out = Vec::new();
+    for b in BACKENDS {
+        let backend = b.backend();
+        match backend::name_and_checks(backend, &job, &|c| priorities.contains(c)) {
+            Err(e) => out.push(format!("{b}: invalid: {e}")),
+            Ok((name, warnings)) => {
+                assert!(backend::is_dns_subdomain_name(&name), "name {name:?}");
+                assert!(name.len() <= backend.max_name_len(), "name {name:?}");
+                let desired = backend::desired_object(backend, &job, &gang, &name, None, false, &opts);
+                for (r, q) in desired["spec"]["minResources"].as_object().into_iter().flatten() {
+                    let q = Quantity::parse_k8s(&serde_json::from_value(q.clone()).unwrap())
+                        .unwrap_or_else(|e| panic!("minResources[{r}] {q}: {e}"));
+                    assert!(q.nanos() >= 0, "negative minResources[{r}]");
+                }
+                out.push(format!("{b}: {desired} {warnings:?}"));
+            }
+        }
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_pipeline_never_panics_and_is_deterministic((kind, obj) in job_json()) {
+        let first = pipeline(kind, &obj);
+        let second = pipeline(kind, &obj);
+        prop_assert_eq!(first, second);
+    }
+
+    #[test]
+    fn explain_never_panics_and_is_deterministic((_kind, obj) in job_json()) {
+        let manifest = serde_json::to_string(&obj).unwrap();
+        let opts = BackendOptions::default();
+        let a = podgroup_sync::explain::explain(&manifest, None, &opts).map_err(|e| e.to_string());
+        let b = podgroup_sync::explain::explain(&manifest, None, &opts).map_err(|e| e.to_string());
+        prop_assert_eq!(a, b);
+    }
+
+    #[test]
+    fn arbitrary_json_in_place_of_a_job_never_panics(v in any_json(), k in 0..KINDS.len()) {
+        let _ = pipeline(KINDS[k], &v);
+        let _ = pipeline(KINDS[k], &json!({"spec": v}));
+    }
+}
+
+#[test]
+fn the_generator_reaches_valid_and_invalid_jobs() {
+    // A property test whose inputs are all rejected early proves little: make sure valid jobs
+    // (a PodGroup for some backend) and each kind of rejection are reached.
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+    let mut runner = TestRunner::deterministic();
+    let mut seen: BTreeMap<&str, u32> = BTreeMap::new();
+    for _ in 0..3000 {
+        let (kind, obj) = job_json().new_tree(&mut runner).unwrap().current();
+        for line in pipeline(kind, &obj) {
+            let class = if line.starts_with("invalid") {
+                "invalid job"
+            } else if line.contains(": invalid: ") {
+                "invalid for a backend"
+            } else {
+                "podgroup"
+            };
+            *seen.entry(class).or_default() += 1;
+        }
+    }
+    println!("figure: 3000 generated jobs reached {seen:?}");
+    for class in ["invalid job", "invalid for a backend", "podgroup"] {
+        assert!(seen.get(class).copied().unwrap_or(0) >= 30, "{seen:?}");
+    }
+}
