@@ -64,7 +64,13 @@ fn quantity() -> impl Strategy<Value = Value> {
 
 fn resource_map() -> impl Strategy<Value = Value> {
     prop::collection::btree_map(
-        prop::sample::select(vec!["cpu", "memory", "nvidia.com/gpu", "ephemeral-storage", "pods"]),
+        prop::sample::select(vec![
+            "cpu",
+            "memory",
+            "nvidia.com/gpu",
+            "ephemeral-storage",
+            "pods",
+        ]),
         quantity(),
         0..3,
     )
@@ -108,7 +114,11 @@ fn template() -> impl Strategy<Value = Value> {
         prop::collection::vec(container(), 0..2),
         prop::option::of(resource_map()),
         prop::option::of(prop::sample::select(vec![
-            "", "high", "missing", "volcano", "default-scheduler",
+            "",
+            "high",
+            "missing",
+            "volcano",
+            "default-scheduler",
         ])),
         prop::option::of(link_value()),
         prop::option::of(link_value()),
@@ -199,16 +209,30 @@ fn run_policy() -> impl Strategy<Value = Value> {
             2 => (-2i64..12).prop_map(|v| Some(Value::from(v))),
             1 => any_json().prop_map(Some),
         ],
-        prop::option::of(prop::sample::select(vec!["q", "q", "q", "Bad_Queue", "", "a.b"])),
+        prop::option::of(prop::sample::select(vec![
+            "q",
+            "q",
+            "q",
+            "Bad_Queue",
+            "",
+            "a.b",
+        ])),
         prop::option::of(resource_map()),
-        prop::option::of(prop::sample::select(vec!["high", "missing", "Bad_Class", ""])),
+        prop::option::of(prop::sample::select(vec![
+            "high",
+            "missing",
+            "Bad_Class",
+            "",
+        ])),
         prop::option::of(prop::sample::select(vec![-1, 0, 30, i32::MAX])),
     )
-        .prop_map(|(suspend, min_available, queue, min_resources, pc, timeout)| {
-            json!({"suspend": suspend, "schedulingPolicy": {
+        .prop_map(
+            |(suspend, min_available, queue, min_resources, pc, timeout)| {
+                json!({"suspend": suspend, "schedulingPolicy": {
                 "minAvailable": min_available, "queue": queue, "minResources": min_resources,
                 "priorityClass": pc, "scheduleTimeoutSeconds": timeout}})
-        })
+            },
+        )
 }
 
 fn job_json() -> impl Strategy<Value = (&'static JobKind, Value)> {
@@ -236,7 +260,11 @@ fn job_json() -> impl Strategy<Value = (&'static JobKind, Value)> {
                 if kind.kind == "MPIJob" {
                     spec["launcherCreationPolicy"] = json!("WaitForWorkersReady");
                 }
-                let name = if name == "x" { "x".repeat(70) } else { name.to_string() };
+                let name = if name == "x" {
+                    "x".repeat(70)
+                } else {
+                    name.to_string()
+                };
                 let j = json!({"apiVersion": kind.api_version(), "kind": kind.kind,
                     "metadata": {"name": name, "namespace": "ns", "uid": "u",
                         "annotations": annotations.unwrap_or_default()},
@@ -274,8 +302,13 @@ fn pipeline(kind: &'static JobKind, obj: &Value) -> Vec<String> {
             Ok((name, warnings)) => {
                 assert!(backend::is_dns_subdomain_name(&name), "name {name:?}");
                 assert!(name.len() <= backend.max_name_len(), "name {name:?}");
-                let desired = backend::desired_object(backend, &job, &gang, &name, None, false, &opts);
-                for (r, q) in desired["spec"]["minResources"].as_object().into_iter().flatten() {
+                let desired =
+                    backend::desired_object(backend, &job, &gang, &name, None, false, &opts);
+                for (r, q) in desired["spec"]["minResources"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                {
                     let q = Quantity::parse_k8s(&serde_json::from_value(q.clone()).unwrap())
                         .unwrap_or_else(|e| panic!("minResources[{r}] {q}: {e}"));
                     assert!(q.nanos() >= 0, "negative minResources[{r}]");

@@ -95,7 +95,11 @@ fn wait_gone(pid: u32) {
 /// connections of the killed one — is started again, for up to 60 s.
 pub fn relaunch(cluster: &Cluster, p: &Proc) -> Proc {
     let dir = work_dir(cluster);
-    let name = p.argv[0].rsplit('/').next().unwrap_or("process").to_string();
+    let name = p.argv[0]
+        .rsplit('/')
+        .next()
+        .unwrap_or("process")
+        .to_string();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let log = std::fs::OpenOptions::new()
