@@ -408,6 +408,7 @@ async fn api_server_killed_mid_burst_single_instance() {
         "API server kill -9, 15 s down, one instance",
     )
     .await;
+    print_retries(&ctl);
     assert_eq!(
         ctl.get("/healthz").map(|(c, _)| c),
         Some(200),
@@ -415,6 +416,22 @@ async fn api_server_killed_mid_burst_single_instance() {
     );
     wait_ready(&ctl).await;
     assert_no_panic(&ctl);
+}
+
+/// What the fault cost the controller: retried Events and reconciles.
+fn print_retries(c: &Controller) {
+    println!(
+        "figure: Events retried after a failed publish: {}; failed reconciles retried: {}; jobs not in the cache when their turn came: {}",
+        c.metric(
+            "podgroup_sync_events_failed_total",
+            &[("cause", "transient")]
+        ),
+        c.metric("podgroup_sync_reconcile_errors_total", &[]),
+        c.metric(
+            "podgroup_sync_reconcile_errors_total",
+            &[("cause", "not_found")]
+        ),
+    );
 }
 
 /// Waits until the controller reports ready again (its caches fresh).
@@ -509,6 +526,7 @@ async fn etcd_stopped_mid_burst() {
     expect.extend(more);
     sc.converged(&expect, cleared, "etcd stopped, 15 s down")
         .await;
+    print_retries(&ctl);
     wait_ready(&ctl).await;
     assert_no_panic(&ctl);
 }
@@ -628,5 +646,59 @@ async fn api_server_throttles_the_controller_to_429() {
         "figure: throttling: the API server rejected {rejected} of the controller's requests with 429"
     );
     assert!(rejected > 0.0, "the API server throttled nothing");
+    assert_no_panic(&ctl);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn health_says_so_while_a_fault_lasts_and_recovers_after() {
+    let sc = Scenario::new("/healthz and /readyz through an API-server outage").await;
+    let ctl = sc.controller(None, &["--cache-stall-seconds", "5"]);
+    let expect = prepare(&sc, 20).await;
+    let api = sc.process("kube-apiserver");
+    faults::kill9(&api);
+    // Readiness drops first (a cache is failing), liveness once the stall limit passed.
+    let body = support::wait_for("/readyz failing", Duration::from_secs(30), || async {
+        ctl.get("/readyz")
+            .filter(|(c, _)| *c == 503)
+            .map(|(_, b)| b)
+    })
+    .await;
+    assert!(body.contains("failing"), "{body}");
+    let body = support::wait_for("/healthz failing", Duration::from_secs(60), || async {
+        ctl.get("/healthz")
+            .filter(|(c, _)| *c == 503)
+            .map(|(_, b)| b)
+    })
+    .await;
+    assert!(body.contains("has not refreshed"), "{body}");
+    println!(
+        "figure: /healthz during the outage: {}",
+        body.lines().next().unwrap_or("")
+    );
+    let stale = ctl.metric("podgroup_sync_stale_caches", &[]);
+    assert!(stale >= 1.0, "stale caches gauge {stale}");
+    let cluster = sc.cluster.clone();
+    let cleared = tokio::task::spawn_blocking(move || {
+        faults::relaunch(&cluster, &api);
+        faults::wait_api_ready(&cluster)
+    })
+    .await
+    .unwrap();
+    support::wait_for(
+        "/healthz and /readyz ok again",
+        Duration::from_secs(60),
+        || async {
+            let live = ctl.get("/healthz").is_some_and(|(c, _)| c == 200);
+            let ready = ctl.get("/readyz").is_some_and(|(c, _)| c == 200);
+            (live && ready).then_some(())
+        },
+    )
+    .await;
+    println!(
+        "figure: /healthz and /readyz ok {:.1} s after the API server was ready",
+        cleared.elapsed().as_secs_f64()
+    );
+    sc.converged(&expect, cleared, "after the health check")
+        .await;
     assert_no_panic(&ctl);
 }

@@ -59,15 +59,6 @@ fn specs_field(kind: Kind) -> &'static str {
     }
 }
 
-/// The head replica type of [`jobs::job`]'s manifests.
-fn head(kind: Kind) -> &'static str {
-    match kind {
-        Kind::PyTorchJob => "Master",
-        Kind::TFJob => "PS",
-        Kind::MPIJob | Kind::MPIJobV1 => "Launcher",
-    }
-}
-
 /// A replica type's template path.
 fn t(kind: Kind, replica_type: &str) -> String {
     format!("/spec/{}/{replica_type}/template", specs_field(kind))

@@ -93,11 +93,11 @@ are only listed and watched (by caches), never fetched one by one, so "get" is n
 - apiGroups: ["scheduling.x-k8s.io", "scheduling.volcano.sh"]
   resources: ["podgroups"]
   verbs: ["list", "watch", "create", "patch", "delete"]
-# Events on the jobs: create, and patch to count a repeated Event (its series); list once at
+# Events on the jobs: create (a repeated Event is suppressed, never patched); list once at
 # start-up, to remember the Events an earlier instance published and not publish them again.
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
-  verbs: ["list", "create", "patch"]
+  verbs: ["list", "create"]
 {{- end }}
 
 {{/* The leader-election permissions, in the release namespace only. */}}
