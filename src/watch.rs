@@ -92,23 +92,20 @@ where
     K::DynamicType: std::hash::Hash + Eq + Clone,
     S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
 {
-    stream
-        .filter_map(move |event| {
-            let out: Option<Vec<Result<K, watcher::Error>>> = match event {
-                Ok(watcher::Event::Apply(obj)) => Some(vec![Ok(obj)]),
-                Ok(watcher::Event::InitDone) => Some(
-                    store
-                        .state()
-                        .into_iter()
-                        .map(|o| Ok(o.as_ref().clone()))
-                        .collect(),
-                ),
-                Ok(_) => None,
-                Err(e) => Some(vec![Err(e)]),
-            };
-            future::ready(out.map(futures::stream::iter))
-        })
-        .flatten()
+    type Items<K> = Box<dyn Iterator<Item = Result<K, watcher::Error>> + Send>;
+    stream.flat_map(move |event| {
+        let items: Items<K> = match event {
+            Ok(watcher::Event::Apply(obj)) => Box::new(std::iter::once(Ok(obj))),
+            // Cloned one at a time as the consumer takes them: a relist of thousands of jobs
+            // does not hold a second copy of the cache.
+            Ok(watcher::Event::InitDone) => {
+                Box::new(store.state().into_iter().map(|o| Ok(o.as_ref().clone())))
+            }
+            Ok(_) => Box::new(std::iter::empty()),
+            Err(e) => Box::new(std::iter::once(Err(e))),
+        };
+        futures::stream::iter(items)
+    })
 }
 
 /// Records one item of a watch stream: the probe, relists and errors (counted and logged).
