@@ -514,19 +514,47 @@ async fn etcd_stopped_mid_burst() {
     let sc = Scenario::new("etcd stopped mid-burst").await;
     let ctl = sc.controller(None, &[]);
     let mut expect = prepare(&sc, 550).await;
+    // Jobs whose PodGroups are due when etcd goes: the controller is frozen while they are
+    // created (their watch events wait in its connections) and thawed once etcd is down, so
+    // its writes meet the outage.
+    let pid = ctl.child.id();
+    faults::signal(pid, "STOP");
+    let burst = batch("burst", 150, 20);
+    sc.create(&burst).await;
     let etcd = sc.process("etcd");
     let cluster = sc.cluster.clone();
-    let (more, cleared) = burst_with_fault(&sc, move || {
+    let cleared = tokio::task::spawn_blocking(move || {
         faults::stop(&etcd);
+        faults::signal(pid, "CONT");
         std::thread::sleep(OUTAGE);
         faults::relaunch(&cluster, &etcd);
         faults::wait_api_ready(&cluster)
     })
-    .await;
-    expect.extend(more);
+    .await
+    .expect("fault");
+    let late = batch("a-new", 100, 0);
+    sc.create(&late).await;
+    expect.extend(burst);
+    expect.extend(late);
     sc.converged(&expect, cleared, "etcd stopped, 15 s down")
         .await;
     print_retries(&ctl);
+    // The API server holds writes while etcd is away (up to its request timeout): the fault
+    // shows as reconciles that failed, or that waited out the outage.
+    let failed = ctl.metric("podgroup_sync_reconcile_errors_total", &[])
+        + ctl.metric("podgroup_sync_events_failed_total", &[]);
+    let waited = ctl.metric("podgroup_sync_reconcile_duration_seconds_count", &[])
+        - ctl.metric(
+            "podgroup_sync_reconcile_duration_seconds_bucket",
+            &[("le", "5")],
+        );
+    println!(
+        "figure: etcd outage: {failed} failed writes, {waited} reconciles that waited it out (> 5 s)"
+    );
+    assert!(
+        failed + waited > 0.0,
+        "the outage never reached the controller's writes"
+    );
     wait_ready(&ctl).await;
     assert_no_panic(&ctl);
 }
@@ -581,7 +609,7 @@ async fn controller_killed_mid_burst_then_a_restart_writes_nothing() {
     second.stop();
     assert_no_panic(&second);
     // A restart with nothing changed writes nothing: neither PodGroups nor Events.
-    let before = apiserver_writes(&sc.cluster);
+    let before = sc.cluster.pod_group_and_event_writes();
     let third = sc.controller(None, &[]);
     let total = expect.len() as f64;
     support::wait_for("every job reconciled", Duration::from_secs(60), || async {
@@ -589,7 +617,7 @@ async fn controller_killed_mid_burst_then_a_restart_writes_nothing() {
     })
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let after = apiserver_writes(&sc.cluster);
+    let after = sc.cluster.pod_group_and_event_writes();
     println!(
         "figure: restart after the kill: {} PodGroup writes, {} Event writes",
         after.0 - before.0,
@@ -597,24 +625,6 @@ async fn controller_killed_mid_burst_then_a_restart_writes_nothing() {
     );
     assert_eq!(after, before, "a restart with nothing changed wrote");
     assert_no_panic(&third);
-}
-
-/// The API server's own count of PodGroup and Event writes.
-fn apiserver_writes(cluster: &support::Cluster) -> (f64, f64) {
-    let text = cluster.kubectl_ok(&["get", "--raw", "/metrics"]);
-    let writes = |resource: &str| -> f64 {
-        ["POST", "PUT", "PATCH", "DELETE", "APPLY"]
-            .iter()
-            .map(|verb| {
-                metric_sum(
-                    &text,
-                    "apiserver_request_total",
-                    &[("resource", resource), ("verb", verb)],
-                )
-            })
-            .sum()
-    };
-    (writes("podgroups"), writes("events"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -7,30 +7,12 @@ mod support;
 use std::time::{Duration, Instant};
 
 use kube::Client;
-use support::controller::{self, Controller, metric_sum};
+use support::controller::{self, Controller};
 use support::jobs::{self, Backend, Kind, wait_pg};
 
 const ENABLED: (&str, &str) = ("podgroup-sync.io/enabled", "true");
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// The API server's own count of PodGroup and Event writes, by resource.
-fn apiserver_writes(cluster: &support::Cluster) -> (f64, f64) {
-    let text = cluster.kubectl_ok(&["get", "--raw", "/metrics"]);
-    let writes = |resource: &str| -> f64 {
-        ["POST", "PUT", "PATCH", "DELETE", "APPLY"]
-            .iter()
-            .map(|verb| {
-                metric_sum(
-                    &text,
-                    "apiserver_request_total",
-                    &[("resource", resource), ("verb", verb)],
-                )
-            })
-            .sum()
-    };
-    (writes("podgroups"), writes("events"))
-}
 
 async fn resource_versions(client: &Client, ns: &str, backend: Backend) -> Vec<(String, String)> {
     let mut v: Vec<(String, String)> = jobs::api(client, ns, &backend.ar())
@@ -119,7 +101,7 @@ async fn a_restart_with_nothing_changed_writes_nothing() {
     );
     first.stop();
 
-    let before = apiserver_writes(cluster);
+    let before = cluster.pod_group_and_event_writes();
     let started = Instant::now();
     let second = controller::start(cluster, None, &[]);
     let ready_after = started.elapsed();
@@ -134,7 +116,7 @@ async fn a_restart_with_nothing_changed_writes_nothing() {
     )
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let after = apiserver_writes(cluster);
+    let after = cluster.pod_group_and_event_writes();
     let after_rv = (
         resource_versions(&client, &ns, Backend::SchedulerPlugins).await,
         resource_versions(&client, &ns, Backend::Volcano).await,

@@ -90,6 +90,25 @@ impl Cluster {
             .unwrap_or_else(|e| panic!("running {}: {e}", kubectl.display()))
     }
 
+    /// The API server's own count of the PodGroup and the Event writes it served (every verb
+    /// that writes), from its `/metrics`.
+    pub fn pod_group_and_event_writes(&self) -> (f64, f64) {
+        let text = self.kubectl_ok(&["get", "--raw", "/metrics"]);
+        let writes = |resource: &str| -> f64 {
+            ["POST", "PUT", "PATCH", "DELETE", "APPLY"]
+                .iter()
+                .map(|verb| {
+                    controller::metric_sum(
+                        &text,
+                        "apiserver_request_total",
+                        &[("resource", resource), ("verb", verb)],
+                    )
+                })
+                .sum()
+        };
+        (writes("podgroups"), writes("events"))
+    }
+
     /// Like [`Cluster::kubectl`], but panics (with stderr) unless kubectl succeeds; returns stdout.
     pub fn kubectl_ok(&self, args: &[&str]) -> String {
         let out = self.kubectl(args);
