@@ -45,6 +45,68 @@ impl EventType {
     }
 }
 
+/// Every reason podgroup-sync publishes an Event for, with its type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// No PodGroup can be made from the job's spec (or the API server refused it).
+    InvalidSpec,
+    /// The backend annotation names no known backend.
+    InvalidBackend,
+    /// The backend's PodGroup CRD is not served.
+    BackendUnavailable,
+    /// The PodGroup is made, but something in the spec is doubtful.
+    GangSpecWarning,
+    /// A replica template's pods will not join the PodGroup.
+    MissingPodGroupLink,
+    /// A PodGroup of that name belongs to someone else.
+    PodGroupConflict,
+    /// The scheduler says the gang cannot be scheduled.
+    GangUnschedulable,
+    /// The gang has been waiting longer than the warning threshold.
+    GangWaiting,
+    /// Dry-run: the PodGroup that would be created.
+    WouldCreatePodGroup,
+    /// Dry-run: the PodGroup change that would be applied.
+    WouldUpdatePodGroup,
+}
+
+impl Reason {
+    pub const ALL: [Reason; 10] = [
+        Reason::InvalidSpec,
+        Reason::InvalidBackend,
+        Reason::BackendUnavailable,
+        Reason::GangSpecWarning,
+        Reason::MissingPodGroupLink,
+        Reason::PodGroupConflict,
+        Reason::GangUnschedulable,
+        Reason::GangWaiting,
+        Reason::WouldCreatePodGroup,
+        Reason::WouldUpdatePodGroup,
+    ];
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Reason::InvalidSpec => "InvalidSpec",
+            Reason::InvalidBackend => "InvalidBackend",
+            Reason::BackendUnavailable => "BackendUnavailable",
+            Reason::GangSpecWarning => "GangSpecWarning",
+            Reason::MissingPodGroupLink => "MissingPodGroupLink",
+            Reason::PodGroupConflict => "PodGroupConflict",
+            Reason::GangUnschedulable => "GangUnschedulable",
+            Reason::GangWaiting => "GangWaiting",
+            Reason::WouldCreatePodGroup => "WouldCreatePodGroup",
+            Reason::WouldUpdatePodGroup => "WouldUpdatePodGroup",
+        }
+    }
+
+    pub fn type_(&self) -> EventType {
+        match self {
+            Reason::WouldCreatePodGroup | Reason::WouldUpdatePodGroup => EventType::Normal,
+            _ => EventType::Warning,
+        }
+    }
+}
+
 /// Why an Event was not published.
 #[derive(Debug, thiserror::Error)]
 pub enum EventError {
@@ -82,10 +144,10 @@ impl Events {
     pub async fn publish(
         &self,
         regarding: &ObjectReference,
-        type_: EventType,
-        reason: &str,
+        reason: Reason,
         note: String,
     ) -> Result<(), EventError> {
+        let (type_, reason) = (reason.type_(), reason.as_str());
         let note = truncate(note, 1000);
         let key = (
             regarding.uid.clone().unwrap_or_default(),
@@ -178,11 +240,11 @@ impl Events {
     }
 
     /// Forgets a job's Events of these reasons, so they are published again if they recur.
-    pub fn forget(&self, uid: &str, reasons: &[&str]) {
+    pub fn forget(&self, uid: &str, reasons: &[Reason]) {
         self.seen
             .lock()
             .expect("lock")
-            .retain(|(u, r, _), _| !(u == uid && reasons.contains(&r.as_str())));
+            .retain(|(u, r, _), _| !(u == uid && reasons.iter().any(|x| x.as_str() == r)));
     }
 }
 
@@ -244,6 +306,17 @@ mod tests {
         assert!(e.len() <= 253);
         assert!(e.starts_with(&"b".repeat(234)));
         assert!(!e.contains("-."), "{e}");
+    }
+
+    #[test]
+    fn reasons_are_unique_and_only_dry_run_ones_are_normal() {
+        let names: std::collections::BTreeSet<&str> =
+            Reason::ALL.iter().map(Reason::as_str).collect();
+        assert_eq!(names.len(), Reason::ALL.len());
+        for r in Reason::ALL {
+            let normal = r.as_str().starts_with("Would");
+            assert_eq!(r.type_() == EventType::Normal, normal, "{r:?}");
+        }
     }
 
     #[test]

@@ -246,18 +246,11 @@ impl Metrics {
                 self.reconcile_errors.with_label_values(&[k.kind, c]);
             }
         }
-        for r in [
-            "GangWaiting",
-            "GangUnschedulable",
-            "BackendUnavailable",
-            "PodGroupConflict",
-            "InvalidSpec",
-            "InvalidBackend",
-            "MissingPodGroupLink",
-        ] {
-            self.events.with_label_values(&["Warning", r]);
+        for r in crate::events::Reason::ALL {
+            self.events
+                .with_label_values(&[r.type_().as_str(), r.as_str()]);
             for cause in ["transient", "refused"] {
-                self.events_failed.with_label_values(&[r, cause]);
+                self.events_failed.with_label_values(&[r.as_str(), cause]);
             }
         }
     }

@@ -25,7 +25,7 @@ use crate::backend::{
 };
 use crate::diff::needs_apply;
 use crate::enablement::{Enablement, Mode};
-use crate::events::{EventError, EventType, Events};
+use crate::events::{EventError, Events, Reason};
 use crate::gang::{self, Priorities};
 use crate::job::{self, InvalidJob, JobKind};
 use crate::metrics::Metrics;
@@ -336,12 +336,8 @@ impl<'a> Report<'a> {
         }
     }
 
-    async fn event(&mut self, type_: EventType, reason: &str, note: String) {
-        let result = self
-            .ctx
-            .events
-            .publish(&self.job_ref, type_, reason, note)
-            .await;
+    async fn event(&mut self, reason: Reason, note: String) {
+        let result = self.ctx.events.publish(&self.job_ref, reason, note).await;
         if let Err(e) = result {
             debug!(error = %e, "event not published");
             self.failed.get_or_insert(e);
@@ -511,9 +507,7 @@ async fn reconcile_inner(
     let (backend_kind, _why) = match ctx.settings.enablement.backend(&job, ns_annotations, opts) {
         Ok(b) => b,
         Err(msg) => {
-            report
-                .event(EventType::Warning, "InvalidBackend", msg)
-                .await;
+            report.event(Reason::InvalidBackend, msg).await;
             ctx.metrics
                 .invalid_jobs
                 .with_label_values(&["InvalidBackend"])
@@ -528,8 +522,7 @@ async fn reconcile_inner(
             .with_label_values(&[backend_kind.as_str()])
             .inc();
         report.event(
-            EventType::Warning,
-            "BackendUnavailable",
+            Reason::BackendUnavailable,
             format!(
                 "the {backend_kind} PodGroup CRD ({}) is not served by the API server; the PodGroup is created once it is",
                 backend.api_resource().api_version
@@ -546,21 +539,20 @@ async fn reconcile_inner(
         };
     // The job is valid now: an InvalidSpec it gets again later is news.
     if !ctx.has_refusal(&uid) {
-        ctx.events.forget(&uid, &["InvalidSpec"]);
+        ctx.events.forget(&uid, &[Reason::InvalidSpec]);
     }
     let mut warnings = gang.warnings.clone();
     warnings.extend(name_warnings);
     if !warnings.is_empty() {
         report
-            .event(EventType::Warning, "GangSpecWarning", warnings.join("; "))
+            .event(Reason::GangSpecWarning, warnings.join("; "))
             .await;
     }
     let missing = backend::missing_links(backend, &job, &name, opts);
     if !missing.is_empty() {
         report
             .event(
-                EventType::Warning,
-                "MissingPodGroupLink",
+                Reason::MissingPodGroupLink,
                 format!(
                     "pods of these templates will not join PodGroup {name}: {}",
                     missing.join("; ")
@@ -600,8 +592,7 @@ async fn reconcile_inner(
                 owner
             };
             report.event(
-                EventType::Warning,
-                "PodGroupConflict",
+                Reason::PodGroupConflict,
                 format!(
                     "{backend_kind} PodGroup {name} already exists and is controlled by {owner}; podgroup-sync leaves it untouched"
                 ),
@@ -615,8 +606,7 @@ async fn reconcile_inner(
                 if mode == Mode::DryRun {
                     report
                         .event(
-                            EventType::Normal,
-                            "WouldUpdatePodGroup",
+                            Reason::WouldUpdatePodGroup,
                             format!("{backend_kind} PodGroup {name}: {}", desired["spec"]),
                         )
                         .await;
@@ -632,8 +622,7 @@ async fn reconcile_inner(
             if mode == Mode::DryRun {
                 report
                     .event(
-                        EventType::Normal,
-                        "WouldCreatePodGroup",
+                        Reason::WouldCreatePodGroup,
                         format!("{backend_kind} PodGroup {name}: {}", desired["spec"]),
                     )
                     .await;
@@ -684,11 +673,7 @@ async fn report_invalid(
         .inc();
     debug!(job = ?report.job_ref.name, reason = invalid.reason(), "invalid job");
     report
-        .event(
-            EventType::Warning,
-            "InvalidSpec",
-            format!("no PodGroup: {invalid}"),
-        )
+        .event(Reason::InvalidSpec, format!("no PodGroup: {invalid}"))
         .await;
     Ok(Outcome::Invalid)
 }
@@ -869,8 +854,7 @@ async fn report_status(
     if let Some((reason, message)) = backend.unschedulable(status) {
         report
             .event(
-                EventType::Warning,
-                "GangUnschedulable",
+                Reason::GangUnschedulable,
                 format!("PodGroup {}: {reason}: {message}", pg.name_any()),
             )
             .await;
@@ -880,8 +864,7 @@ async fn report_status(
         let limit = ctx.settings.gang_wait_warning;
         if age >= limit {
             report.event(
-                EventType::Warning,
-                "GangWaiting",
+                Reason::GangWaiting,
                 format!(
                     "PodGroup {} has been {} for more than {}s: the gang is waiting for its pods or for capacity",
                     pg.name_any(),
