@@ -387,20 +387,25 @@ async fn burst_with_fault(
     (all, cleared)
 }
 
+/// The fault of the API-server scenarios: kill -9, [`OUTAGE`] down, started again; returns
+/// when it is ready.
+fn api_server_outage(sc: &Scenario) -> impl FnOnce() -> Instant + Send + 'static {
+    let api = sc.process("kube-apiserver");
+    let cluster = sc.cluster.clone();
+    move || {
+        faults::kill9(&api);
+        std::thread::sleep(OUTAGE);
+        faults::relaunch(&cluster, &api);
+        faults::wait_api_ready(&cluster)
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn api_server_killed_mid_burst_single_instance() {
     let sc = Scenario::new("API server killed mid-burst, one instance").await;
     let ctl = sc.controller(None, &[]);
     let mut expect = prepare(&sc, 550).await;
-    let api = sc.process("kube-apiserver");
-    let cluster = sc.cluster.clone();
-    let (more, cleared) = burst_with_fault(&sc, move || {
-        faults::kill9(&api);
-        std::thread::sleep(OUTAGE);
-        faults::relaunch(&cluster, &api);
-        faults::wait_api_ready(&cluster)
-    })
-    .await;
+    let (more, cleared) = burst_with_fault(&sc, api_server_outage(&sc)).await;
     expect.extend(more);
     sc.converged(
         &expect,
@@ -448,43 +453,16 @@ async fn wait_ready(c: &Controller) {
     .await;
 }
 
-fn leader_args(lease_ns: &str, identity: &str) -> Vec<String> {
-    [
-        "--leader-elect",
-        "--leader-elect-namespace",
-        lease_ns,
-        "--leader-elect-lease-duration-seconds",
-        "6",
-        "--leader-elect-renew-deadline-seconds",
-        "4",
-        "--leader-elect-retry-period-seconds",
-        "1",
-        "--leader-elect-identity",
-        identity,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn api_server_killed_mid_burst_leader_elected_pair() {
     let sc = Scenario::new("API server killed mid-burst, leader-elected pair").await;
     let lease_ns = support::test_namespace(&sc.client, "lease", &[]).await;
-    let args_a = leader_args(&lease_ns, "a");
-    let args_b = leader_args(&lease_ns, "b");
+    let args_a = controller::leader_args(&lease_ns, "a");
+    let args_b = controller::leader_args(&lease_ns, "b");
     let mut a = sc.controller(None, &args_a.iter().map(String::as_str).collect::<Vec<_>>());
     let mut b = sc.controller(None, &args_b.iter().map(String::as_str).collect::<Vec<_>>());
     let mut expect = prepare(&sc, 550).await;
-    let api = sc.process("kube-apiserver");
-    let cluster = sc.cluster.clone();
-    let (more, cleared) = burst_with_fault(&sc, move || {
-        faults::kill9(&api);
-        std::thread::sleep(OUTAGE);
-        faults::relaunch(&cluster, &api);
-        faults::wait_api_ready(&cluster)
-    })
-    .await;
+    let (more, cleared) = burst_with_fault(&sc, api_server_outage(&sc)).await;
     expect.extend(more);
     // A leader that cannot renew its Lease exits (as designed; its pod would be restarted);
     // the other instance must take over and converge.

@@ -145,26 +145,8 @@ async fn a_restart_with_nothing_changed_writes_nothing() {
     );
 }
 
-fn leader_args(ns: &str) -> Vec<String> {
-    [
-        "--leader-elect",
-        "--leader-elect-namespace",
-        ns,
-        "--leader-elect-lease-duration-seconds",
-        "6",
-        "--leader-elect-renew-deadline-seconds",
-        "4",
-        "--leader-elect-retry-period-seconds",
-        "1",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
-}
-
 fn start_candidate(cluster: &support::Cluster, ns: &str, identity: &str) -> Controller {
-    let mut args = leader_args(ns);
-    args.extend(["--leader-elect-identity".to_string(), identity.to_string()]);
+    let args = controller::leader_args(ns, identity);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     controller::start(cluster, None, &args)
 }

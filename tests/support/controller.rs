@@ -70,6 +70,27 @@ pub fn spawn(cluster: &Cluster, kubeconfig: Option<&std::path::Path>, args: &[&s
     Controller { child, addr, log }
 }
 
+/// Flags for a leader-elected candidate with short timings (lease 6 s, renew deadline 4 s,
+/// retry 1 s), its Lease in `lease_namespace`, named `identity`.
+pub fn leader_args(lease_namespace: &str, identity: &str) -> Vec<String> {
+    [
+        "--leader-elect",
+        "--leader-elect-namespace",
+        lease_namespace,
+        "--leader-elect-lease-duration-seconds",
+        "6",
+        "--leader-elect-renew-deadline-seconds",
+        "4",
+        "--leader-elect-retry-period-seconds",
+        "1",
+        "--leader-elect-identity",
+        identity,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
 /// [`spawn`], then waits until `/readyz` answers 200.
 pub fn start(cluster: &Cluster, kubeconfig: Option<&std::path::Path>, args: &[&str]) -> Controller {
     let mut c = spawn(cluster, kubeconfig, args);
