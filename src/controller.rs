@@ -603,7 +603,10 @@ fn spawn_kind_controller(
     // only once the cache holds them (see `settled_objects`).
     let stream = watcher(api, watcher::Config::default().any_semantic())
         .backoff(WatchBackoff::default())
-        .inspect(move |event| crate::watch::observe(&watch_probe, &watch_metrics, event))
+        // A job relist needs no trigger: `settled_objects` hands every job on at its end.
+        .inspect(move |event| {
+            crate::watch::observe(&watch_probe, &watch_metrics, event);
+        })
         .modify(|job: &mut DynamicObject| {
             job.metadata.managed_fields = None;
             if let Some(a) = job.metadata.annotations.as_mut() {

@@ -109,13 +109,15 @@ where
 }
 
 /// Records one item of a watch stream: the probe, relists and errors (counted and logged).
+/// True when the item starts a relist of a cache that had synced before.
 pub fn observe<K>(
     probe: &Probe,
     metrics: &Metrics,
     ev: &Result<watcher::Event<K>, watcher::Error>,
-) {
+) -> bool {
     let resource = probe.resource();
-    if probe.observe(ev) {
+    let relist = probe.observe(ev);
+    if relist {
         metrics.cache_relists.with_label_values(&[resource]).inc();
         info!(%resource, "relisting: the watch could not resume");
     }
@@ -123,6 +125,7 @@ pub fn observe<K>(
         metrics.watch_errors.with_label_values(&[resource]).inc();
         warn!(%resource, error = %e, "watch error; retrying");
     }
+    relist
 }
 
 /// Runs a cache of a context resource (namespaces, LimitRanges, …) and sends `to_trigger` of
@@ -150,12 +153,16 @@ where
         .reflect(writer);
     let handle = tokio::spawn(async move {
         let _guard = probe.task_guard();
+        let mut relisting = false;
         stream
             .for_each(|ev| {
-                observe(&probe, &metrics, &ev);
+                relisting |= observe(&probe, &metrics, &ev);
                 let trigger = match &ev {
                     Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) => to_trigger(o),
-                    Ok(watcher::Event::InitDone) => Some(Trigger::All),
+                    // The first list needs none: no job is reconciled before it completes.
+                    Ok(watcher::Event::InitDone) if std::mem::take(&mut relisting) => {
+                        Some(Trigger::All)
+                    }
                     _ => None,
                 };
                 if let Some(t) = trigger {
@@ -199,9 +206,10 @@ pub fn spawn_pod_group_cache(
         .reflect(writer);
     let handle = tokio::spawn(async move {
         let _guard = probe.task_guard();
+        let mut relisting = false;
         stream
             .for_each(|ev| {
-                observe(&probe, &metrics, &ev);
+                relisting |= observe(&probe, &metrics, &ev);
                 match &ev {
                     Ok(watcher::Event::Apply(pg)) | Ok(watcher::Event::Delete(pg)) => {
                         let deleted = matches!(ev, Ok(watcher::Event::Delete(_)));
@@ -212,7 +220,11 @@ pub fn spawn_pod_group_cache(
                     }
                     Ok(watcher::Event::InitDone) => {
                         owned.replace(backend, &store.state());
-                        let _ = triggers.send(Trigger::All);
+                        // After the first list, the discovery loop requeues every job once the
+                        // cache is in place; after a relist, this does.
+                        if std::mem::take(&mut relisting) {
+                            let _ = triggers.send(Trigger::All);
+                        }
                     }
                     _ => {}
                 }

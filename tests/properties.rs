@@ -300,7 +300,7 @@ fn pipeline(kind: &'static JobKind, obj: &Value) -> Vec<String> {
         match backend::name_and_checks(backend, &job, &|c| priorities.contains(c)) {
             Err(e) => out.push(format!("{b}: invalid: {e}")),
             Ok((name, warnings)) => {
-                assert!(backend::is_dns_subdomain_name(&name), "name {name:?}");
+                assert!(backend::is_dns_subdomain(&name), "name {name:?}");
                 assert!(name.len() <= backend.max_name_len(), "name {name:?}");
                 let desired =
                     backend::desired_object(backend, &job, &gang, &name, None, false, &opts);

@@ -316,11 +316,7 @@ pub fn shorten(s: &str, max: usize) -> String {
 }
 
 /// A DNS-1123 subdomain: the name of most Kubernetes objects.
-pub fn is_dns_subdomain_name(s: &str) -> bool {
-    is_dns_subdomain(s)
-}
-
-fn is_dns_subdomain(s: &str) -> bool {
+pub fn is_dns_subdomain(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 253
         && s.split('.').all(|part| {

@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::PodTemplateSpec;
 use serde_json::{Map, Value, json};
 
 use super::{
-    BackendKind, BackendOptions, Phase, PodGroupBackend, is_dns_subdomain_name, scheduler_name,
+    BackendKind, BackendOptions, Phase, PodGroupBackend, is_dns_subdomain, scheduler_name,
     template_annotation,
 };
 use crate::gang::Gang;
@@ -127,7 +127,7 @@ impl PodGroupBackend for Volcano {
             ),
         ];
         for (field, queue) in queues {
-            if let Some(q) = queue.filter(|q| !q.is_empty() && !is_dns_subdomain_name(q)) {
+            if let Some(q) = queue.filter(|q| !q.is_empty() && !is_dns_subdomain(q)) {
                 return Err(InvalidJob::InvalidSchedulingPolicy(format!(
                     "{field} {q:?} is not a valid Volcano Queue name (lowercase letters, digits, \
                      '-' and '.', at most 253 characters)"
@@ -139,7 +139,7 @@ impl PodGroupBackend for Volcano {
             .and_then(|p| p.priority_class.as_deref())
             .filter(|c| !c.is_empty())
         {
-            if !is_dns_subdomain_name(pc) {
+            if !is_dns_subdomain(pc) {
                 return Err(InvalidJob::InvalidSchedulingPolicy(format!(
                     "schedulingPolicy.priorityClass {:?} is not a valid PriorityClass name \
                      (lowercase letters, digits, '-' and '.', at most 253 characters)",
