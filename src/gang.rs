@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 
-use crate::job::{Flavor, InvalidJob, Job};
+use crate::job::{InvalidJob, Job};
 use crate::quantity::Quantity;
 use crate::resources::{AdmissionDefaults, ResourceMap, add_into, effective_pod_request, scale};
 
@@ -171,17 +171,12 @@ pub fn compute(
     let mut warnings = Vec::new();
 
     // The pods that can belong to the gang, per replica type.
-    let mut candidates: Vec<(&crate::job::Replica, u64)> = Vec::new();
-    for r in &job.replicas {
-        let count = match (job.kind.flavor, r.replica_type) {
-            // The launcher appears only after the workers run: counting it deadlocks the gang.
-            (Flavor::MpiV2, "Launcher") if job.launcher_waits_for_workers => continue,
-            // mpi-operator runs exactly one launcher (a batch/v1 Job).
-            (Flavor::MpiV2, "Launcher") => 1,
-            _ => r.replicas,
-        };
-        candidates.push((r, count));
-    }
+    let rules = job.kind.rules;
+    let candidates: Vec<(&crate::job::Replica, u64)> = job
+        .replicas
+        .iter()
+        .filter_map(|r| Some((r, rules.gang_pods(job, r)?)))
+        .collect();
     let total: u128 = candidates.iter().map(|(_, n)| *n as u128).sum();
     if total == 0 {
         return Err(InvalidJob::ZeroReplicas);
@@ -201,37 +196,12 @@ pub fn compute(
             });
         }
         Some(m) => (m as u64, MinMemberRule::MinAvailable),
-        None => match job.kind.flavor {
-            Flavor::PyTorch if job.elastic_min_replicas.is_some() => {
-                let workers = job.replica("Worker").map_or(0, |r| r.replicas);
-                let others: u64 = candidates
-                    .iter()
-                    .filter(|(r, _)| r.replica_type != "Worker")
-                    .map(|(_, n)| n)
-                    .sum();
-                let mut min = job.elastic_min_replicas.unwrap_or(workers);
-                if min > workers {
-                    warnings.push(format!(
-                        "elasticPolicy.minReplicas {min} is above the {workers} Worker replicas; the gang counts {workers}"
-                    ));
-                    min = workers;
-                }
-                (others + min, MinMemberRule::ElasticMinReplicas)
-            }
-            Flavor::MpiV2 if job.launcher_waits_for_workers => {
-                (total, MinMemberRule::MpiWorkersOnly)
-            }
-            Flavor::MpiV2 => (total, MinMemberRule::MpiWorkersPlusLauncher),
-            _ => (total, MinMemberRule::SumOfReplicas),
-        },
+        None => rules.min_member(job, &candidates, total, &mut warnings),
     };
     if min_member == 0 {
         return Err(InvalidJob::ZeroReplicas);
     }
-    if rule == MinMemberRule::MinAvailable
-        && min_member < total
-        && matches!(job.kind.flavor, Flavor::MpiV1 | Flavor::MpiV2)
-    {
+    if rule == MinMemberRule::MinAvailable && min_member < total && rules.needs_every_pod() {
         warnings.push(format!(
             "schedulingPolicy.minAvailable {min_member} is below the {total} pods of this MPIJob: mpirun waits for every worker unless the application is elastic"
         ));
@@ -326,7 +296,10 @@ pub fn compute(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::{JobKind, MPIJOB_V1, MPIJOB_V2BETA1, PYTORCHJOB, TFJOB, normalize};
+    use crate::job::{
+        JAXJOB, JobKind, MPIJOB_V1, MPIJOB_V2BETA1, PADDLEJOB, PYTORCHJOB, TFJOB, XGBOOSTJOB,
+        normalize,
+    };
     use serde_json::{Value, json};
 
     fn container(requests: Value, limits: Value) -> Value {
@@ -415,6 +388,59 @@ mod tests {
         );
         // The master and two workers make minResources.
         assert_eq!(resources(&g), pairs(&[("cpu", "5")]));
+    }
+
+    #[test]
+    fn rule_3_1_3_elastic_paddle_counts_min_replicas_like_pytorch() {
+        let spec = |ep: Value| {
+            json!({"elasticPolicy": ep,
+                "paddleReplicaSpecs": {"Master": {"template": cpu("1")}, "Worker": {"replicas": 4, "template": cpu("2")}}})
+        };
+        let g = gang_of(
+            &PADDLEJOB,
+            spec(json!({"minReplicas": 2, "maxReplicas": 4})),
+        );
+        assert_eq!(
+            (g.min_member, g.rule),
+            (3, MinMemberRule::ElasticMinReplicas)
+        );
+        assert_eq!(resources(&g), pairs(&[("cpu", "5")]));
+        // Only max set: min = max (the operator's defaulting).
+        let g = gang_of(&PADDLEJOB, spec(json!({"maxReplicas": 3})));
+        assert_eq!(g.min_member, 4);
+        // Not elastic: every pod counts.
+        let g = gang_of(
+            &PADDLEJOB,
+            json!({"paddleReplicaSpecs": {"Master": {"template": cpu("1")}, "Worker": {"replicas": 4, "template": cpu("2")}}}),
+        );
+        assert_eq!((g.min_member, g.rule), (5, MinMemberRule::SumOfReplicas));
+        assert_eq!(resources(&g), pairs(&[("cpu", "9")]));
+    }
+
+    #[test]
+    fn rule_3_1_5_xgboost_and_jax_sum_their_replicas_nil_meaning_one() {
+        let g = gang_of(
+            &XGBOOSTJOB,
+            json!({"xgbReplicaSpecs": {"Master": {"template": cpu("1")}, "Worker": {"replicas": 3, "template": cpu("500m")}}}),
+        );
+        assert_eq!((g.min_member, g.rule), (4, MinMemberRule::SumOfReplicas));
+        assert_eq!(resources(&g), pairs(&[("cpu", "2500m")]));
+        let g = gang_of(
+            &XGBOOSTJOB,
+            json!({"xgbReplicaSpecs": {"master": {"template": cpu("1")}, "worker": {"template": cpu("1")}}}),
+        );
+        assert_eq!(g.min_member, 2, "nil replicas ⇒ 1 for both types");
+        let g = gang_of(
+            &JAXJOB,
+            json!({"jaxReplicaSpecs": {"Worker": {"replicas": 8, "template": cpu("4")}}}),
+        );
+        assert_eq!((g.min_member, g.rule), (8, MinMemberRule::SumOfReplicas));
+        assert_eq!(resources(&g), pairs(&[("cpu", "32")]));
+        let g = gang_of(
+            &JAXJOB,
+            json!({"jaxReplicaSpecs": {"Worker": {"template": cpu("4")}}}),
+        );
+        assert_eq!(g.min_member, 1, "nil replicas ⇒ 1");
     }
 
     #[test]

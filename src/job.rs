@@ -10,106 +10,9 @@ use k8s_openapi::api::core::v1::PodTemplateSpec;
 use serde::Deserialize;
 use serde_json::Value;
 
-/// How a kind's replica specs are defaulted and how its gang is shaped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Flavor {
-    PyTorch,
-    TensorFlow,
-    /// training-operator's `kubeflow.org/v1` MPIJob: the launcher is a plain pod.
-    MpiV1,
-    /// mpi-operator's `kubeflow.org/v2beta1` MPIJob: the launcher is a batch/v1 Job.
-    MpiV2,
-}
-
-/// One Kubeflow job kind and version that podgroup-sync can watch.
-#[derive(Debug, PartialEq, Eq)]
-pub struct JobKind {
-    pub kind: &'static str,
-    pub group: &'static str,
-    pub version: &'static str,
-    pub plural: &'static str,
-    /// The `spec` field holding the replica specs.
-    pub replica_specs_field: &'static str,
-    /// Canonical replica-type names; keys are matched case-insensitively against these.
-    pub replica_types: &'static [&'static str],
-    /// The `runPolicy.managedBy` value of the operator that serves this kind.
-    pub default_manager: &'static str,
-    pub flavor: Flavor,
-}
-
-pub const PYTORCHJOB: JobKind = JobKind {
-    kind: "PyTorchJob",
-    group: "kubeflow.org",
-    version: "v1",
-    plural: "pytorchjobs",
-    replica_specs_field: "pytorchReplicaSpecs",
-    replica_types: &["Master", "Worker"],
-    default_manager: "kubeflow.org/training-operator",
-    flavor: Flavor::PyTorch,
+pub use crate::kinds::{
+    JAXJOB, JobKind, KINDS, MPIJOB_V1, MPIJOB_V2BETA1, PADDLEJOB, PYTORCHJOB, TFJOB, XGBOOSTJOB,
 };
-pub const TFJOB: JobKind = JobKind {
-    kind: "TFJob",
-    group: "kubeflow.org",
-    version: "v1",
-    plural: "tfjobs",
-    replica_specs_field: "tfReplicaSpecs",
-    replica_types: &["PS", "Worker", "Chief", "Master", "Evaluator"],
-    default_manager: "kubeflow.org/training-operator",
-    flavor: Flavor::TensorFlow,
-};
-pub const MPIJOB_V2BETA1: JobKind = JobKind {
-    kind: "MPIJob",
-    group: "kubeflow.org",
-    version: "v2beta1",
-    plural: "mpijobs",
-    replica_specs_field: "mpiReplicaSpecs",
-    replica_types: &["Launcher", "Worker"],
-    default_manager: "kubeflow.org/mpi-operator",
-    flavor: Flavor::MpiV2,
-};
-pub const MPIJOB_V1: JobKind = JobKind {
-    kind: "MPIJob",
-    group: "kubeflow.org",
-    version: "v1",
-    plural: "mpijobs",
-    replica_specs_field: "mpiReplicaSpecs",
-    replica_types: &["Launcher", "Worker"],
-    default_manager: "kubeflow.org/training-operator",
-    flavor: Flavor::MpiV1,
-};
-
-/// Every kind podgroup-sync knows, in order of preference when a cluster serves several
-/// versions of one kind (only one MPIJob version is served per cluster).
-pub const KINDS: &[&JobKind] = &[&PYTORCHJOB, &TFJOB, &MPIJOB_V2BETA1, &MPIJOB_V1];
-
-impl JobKind {
-    pub fn api_version(&self) -> String {
-        format!("{}/{}", self.group, self.version)
-    }
-
-    /// The kind that matches an object's `apiVersion` and `kind`, if podgroup-sync knows it.
-    pub fn lookup(api_version: &str, kind: &str) -> Option<&'static JobKind> {
-        KINDS
-            .iter()
-            .copied()
-            .find(|k| k.kind == kind && k.api_version() == api_version)
-    }
-
-    fn canonical_type(&self, key: &str) -> Option<&'static str> {
-        self.replica_types
-            .iter()
-            .copied()
-            .find(|t| t.eq_ignore_ascii_case(key))
-    }
-
-    /// The operators' defaulting of a nil `replicas`.
-    fn default_replicas(&self, replica_type: &str) -> u64 {
-        match (self.flavor, replica_type) {
-            (Flavor::MpiV1 | Flavor::MpiV2, "Worker") => 0,
-            _ => 1,
-        }
-    }
-}
 
 /// Why a job cannot get a PodGroup. Each is reported as an `InvalidSpec` Warning Event and
 /// counted by reason; none is retried until the job changes.
@@ -206,13 +109,6 @@ pub struct SchedulingPolicy {
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
-struct ElasticPolicySpec {
-    min_replicas: Option<i64>,
-    max_replicas: Option<i64>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
 struct ReplicaSpecIn {
     replicas: Option<Value>,
     template: Option<Value>,
@@ -252,7 +148,7 @@ pub struct Job {
     /// Replica types in canonical order of the kind's table.
     pub replicas: Vec<Replica>,
     pub run_policy: RunPolicy,
-    /// PyTorch `elasticPolicy.minReplicas` after defaulting, when an elastic policy is set.
+    /// PyTorch/Paddle `elasticPolicy.minReplicas` after defaulting, when an elastic policy is set.
     pub elastic_min_replicas: Option<u64>,
     /// MPIJob v2beta1 `launcherCreationPolicy: WaitForWorkersReady`.
     pub launcher_waits_for_workers: bool,
@@ -325,36 +221,7 @@ pub fn normalize(kind: &'static JobKind, obj: &Value) -> Result<Job, InvalidJob>
 
     let replicas = normalize_replicas(kind, spec.get(kind.replica_specs_field))?;
 
-    let elastic_min_replicas = match (kind.flavor, spec.get("elasticPolicy")) {
-        (Flavor::PyTorch, Some(v)) if !v.is_null() => {
-            let ep: ElasticPolicySpec = serde_json::from_value(v.clone())
-                .map_err(|e| InvalidJob::InvalidElasticPolicy(e.to_string()))?;
-            let workers = replicas
-                .iter()
-                .find(|r| r.replica_type == "Worker")
-                .map_or(0, |r| r.replicas);
-            // Operator defaulting: one of min/max set ⇒ both; neither ⇒ both = Worker replicas.
-            let min = ep.min_replicas.or(ep.max_replicas);
-            match min {
-                None => Some(workers),
-                Some(m) if m < 1 => {
-                    return Err(InvalidJob::InvalidElasticPolicy(format!(
-                        "minReplicas must be at least 1, got {m}"
-                    )));
-                }
-                Some(m) => Some(m as u64),
-            }
-        }
-        _ => None,
-    };
-    let is_mpi = matches!(kind.flavor, Flavor::MpiV1 | Flavor::MpiV2);
-    if is_mpi && !replicas.iter().any(|r| r.replica_type == "Launcher") {
-        return Err(InvalidJob::MissingLauncher);
-    }
-    let launcher_waits_for_workers = kind.flavor == Flavor::MpiV2
-        && spec.get("launcherCreationPolicy").and_then(Value::as_str)
-            == Some("WaitForWorkersReady");
-
+    let fields = kind.rules.read_spec(spec, &replicas)?;
     Ok(Job {
         kind,
         name: meta.name,
@@ -363,8 +230,8 @@ pub fn normalize(kind: &'static JobKind, obj: &Value) -> Result<Job, InvalidJob>
         annotations: meta.annotations,
         replicas,
         run_policy,
-        elastic_min_replicas,
-        launcher_waits_for_workers,
+        elastic_min_replicas: fields.elastic_min_replicas,
+        launcher_waits_for_workers: fields.launcher_waits_for_workers,
         finished,
     })
 }
@@ -399,7 +266,7 @@ fn normalize_replicas(
             continue;
         };
         let replicas = match spec.replicas {
-            None | Some(Value::Null) => kind.default_replicas(replica_type),
+            None | Some(Value::Null) => kind.rules.default_replicas(replica_type),
             Some(v) => v.as_u64().ok_or_else(|| {
                 InvalidJob::InvalidReplicas(replica_type.to_string(), v.to_string())
             })?,

@@ -15,6 +15,7 @@ pub mod explain;
 pub mod gang;
 pub mod http;
 pub mod job;
+pub mod kinds;
 pub mod leader;
 pub mod liveness;
 pub mod metrics;

@@ -1,0 +1,19 @@
+//! JAXJob (training-operator, `kubeflow.org/v1`): Workers only, nil replicas ⇒ 1.
+
+use super::{JobKind, KindRules, TRAINING_OPERATOR};
+
+pub const JAXJOB: JobKind = JobKind {
+    kind: "JAXJob",
+    group: "kubeflow.org",
+    version: "v1",
+    plural: "jaxjobs",
+    replica_specs_field: "jaxReplicaSpecs",
+    replica_types: &["Worker"],
+    default_manager: TRAINING_OPERATOR,
+    rules: &Jax,
+};
+
+/// Σ Worker replicas (SPEC §3.1.5): the trait's defaults.
+pub struct Jax;
+
+impl KindRules for Jax {}
