@@ -23,11 +23,12 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use crate::backend::{BACKENDS, BackendKind, MANAGED_BY_LABEL, MANAGED_BY_VALUE, Phase};
+use crate::caches::Caches;
 use crate::enablement::Mode;
 use crate::events::Events;
 use crate::job::{JobKind, KINDS};
 use crate::liveness::Liveness;
-use crate::reconcile::{self, Caches, Context};
+use crate::reconcile::{self, Context};
 use crate::trigger::{Trigger, job_refs};
 use crate::watch::{
     LAST_APPLIED, WatchBackoff, settled_objects, spawn_context_cache, spawn_pod_group_cache,
@@ -143,7 +144,7 @@ pub struct Signals {
     /// Turns true on SIGTERM: finish in-flight reconciles and stop.
     pub shutdown: watch::Receiver<bool>,
     /// Reconciles in progress (for liveness).
-    pub in_flight: Arc<reconcile::InFlight>,
+    pub in_flight: Arc<crate::liveness::InFlight>,
 }
 
 /// The running watches and controllers that discovery starts and stops.

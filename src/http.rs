@@ -29,7 +29,7 @@ pub struct Health {
     pub reconcile_stuck_after: Duration,
     /// Liveness fails when a cache has not refreshed for this long.
     pub cache_stall_after: Duration,
-    pub in_flight: Arc<crate::reconcile::InFlight>,
+    pub in_flight: Arc<crate::liveness::InFlight>,
 }
 
 impl Health {

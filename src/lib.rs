@@ -7,6 +7,7 @@
 //! not fresh.
 
 pub mod backend;
+pub mod caches;
 pub mod controller;
 pub mod diff;
 pub mod enablement;
@@ -19,6 +20,7 @@ pub mod kinds;
 pub mod leader;
 pub mod liveness;
 pub mod metrics;
+pub mod plan;
 pub mod quantity;
 pub mod reconcile;
 pub mod resources;

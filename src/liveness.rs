@@ -210,6 +210,44 @@ impl Drop for TaskGuard {
     }
 }
 
+/// Reconciles in progress, for liveness: one stuck far longer than any API call could take
+/// means the reconcile loop is wedged.
+#[derive(Default)]
+pub struct InFlight {
+    next: std::sync::atomic::AtomicU64,
+    started: Mutex<BTreeMap<u64, Instant>>,
+}
+
+/// Removes its reconcile from [`InFlight`] when dropped.
+pub struct InFlightGuard<'a>(&'a InFlight, u64);
+
+impl Drop for InFlightGuard<'_> {
+    fn drop(&mut self) {
+        self.0.started.lock().expect("lock").remove(&self.1);
+    }
+}
+
+impl InFlight {
+    pub fn enter(&self) -> InFlightGuard<'_> {
+        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.started
+            .lock()
+            .expect("lock")
+            .insert(id, Instant::now());
+        InFlightGuard(self, id)
+    }
+
+    /// How long the oldest reconcile in progress has been running.
+    pub fn oldest(&self) -> Option<Duration> {
+        self.started
+            .lock()
+            .expect("lock")
+            .values()
+            .map(|t| t.elapsed())
+            .max()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,8 +17,9 @@ use podgroup_sync::events::Events;
 use podgroup_sync::explain::explain;
 use podgroup_sync::http::{self, Health};
 use podgroup_sync::leader::{self, LeaseConfig};
+use podgroup_sync::liveness::InFlight;
 use podgroup_sync::metrics::Metrics;
-use podgroup_sync::reconcile::{InFlight, ResizePolicy, Settings};
+use podgroup_sync::reconcile::{ResizePolicy, Settings};
 
 /// Gang-scheduling PodGroups for Kubeflow training jobs (PyTorchJob, TFJob, MPIJob), owned by a
 /// standalone controller, for scheduler-plugins coscheduling and Volcano.

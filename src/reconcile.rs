@@ -1,35 +1,33 @@
-//! Step 4 of the pipeline: the one place that decides what to write (SPEC §3, §4, §5).
+//! Step 5 of the pipeline: carries out the [`Plan`] of one reconcile — the only place that
+//! writes PodGroups (SPEC §3, §4, §5).
 //!
-//! A reconcile reads the job, its namespace and the cluster context from caches, computes the
-//! desired PodGroup with the pure steps, compares it with the cached PodGroup, and applies or
-//! deletes only when they differ. A job that cannot get a PodGroup is an outcome (a Warning
-//! Event and a metric), never an error that retries forever.
+//! A reconcile reads the job's namespace and the cluster context from the caches, asks
+//! [`plan::plan`] what to do, deletes and applies what the plan says, publishes its Events and
+//! counts its metrics. A job that cannot get a PodGroup is an outcome (a Warning Event and a
+//! metric), never an error that retries forever; an API error is retried with backoff.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, RwLock};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{LimitRange, Namespace, ObjectReference};
-use k8s_openapi::api::node::v1::RuntimeClass;
-use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, Resource, ResourceExt, api::DynamicObject};
 use serde_json::Value;
 use tracing::{debug, info, warn};
 
-use crate::backend::{
-    self, BackendKind, BackendOptions, MANAGED_BY_LABEL, MANAGED_BY_VALUE, Phase, PodGroupBackend,
-};
-use crate::diff::needs_apply;
-use crate::enablement::{Enablement, Mode};
+use crate::backend::{BackendKind, BackendOptions, Phase};
+use crate::caches::Caches;
+use crate::enablement::Enablement;
 use crate::events::{EventError, Events, Reason};
-use crate::gang::{self, Priorities};
-use crate::job::{self, InvalidJob, JobKind};
+use crate::gang::Priorities;
+use crate::job::{InvalidJob, JobKind};
+use crate::liveness::InFlight;
 use crate::metrics::Metrics;
-use crate::resources::AdmissionDefaults;
+use crate::plan::{self, Delete, Input, Op, Outcome, Plan, SeenPhase, Tally, Write};
 
 /// The field manager of every write.
 pub const FIELD_MANAGER: &str = "podgroup-sync";
@@ -57,152 +55,6 @@ pub struct Settings {
     pub keep_finished: bool,
     /// How long a scheduler-plugins PodGroup may stay Pending/Scheduling before an Event says so.
     pub gang_wait_warning: Duration,
-}
-
-/// Read-only caches of the cluster, kept by reflectors.
-#[derive(Clone)]
-pub struct Caches {
-    pub namespaces: Store<Namespace>,
-    pub limit_ranges: Store<LimitRange>,
-    pub priority_classes: Store<PriorityClass>,
-    pub runtime_classes: Store<RuntimeClass>,
-    /// PodGroups of each backend whose CRD is served and whose cache has synced.
-    pub pod_groups: Arc<RwLock<BTreeMap<BackendKind, Store<DynamicObject>>>>,
-    /// The cached PodGroups by the UID of the job that controls them.
-    pub owned: OwnedIndex,
-}
-
-/// PodGroups by the UID of their controller, kept by the PodGroup reflectors, so that a
-/// reconcile finds the PodGroups its job owns without scanning every cached PodGroup. Entries
-/// may be stale (a delete missed across a re-list): readers check them against the cache.
-#[derive(Clone, Default)]
-pub struct OwnedIndex(Arc<Mutex<HashMap<String, BTreeSet<OwnedKey>>>>);
-
-/// A cached PodGroup: its backend, namespace and name.
-type OwnedKey = (BackendKind, String, String);
-
-impl OwnedIndex {
-    /// The controller UID and key of a PodGroup, if it has a controller.
-    fn entry(backend: BackendKind, pg: &DynamicObject) -> Option<(String, OwnedKey)> {
-        let uid = pg
-            .metadata
-            .owner_references
-            .as_ref()?
-            .iter()
-            .find(|r| r.controller == Some(true))?
-            .uid
-            .clone();
-        Some((
-            uid,
-            (backend, pg.namespace().unwrap_or_default(), pg.name_any()),
-        ))
-    }
-
-    /// Records an applied (`deleted` false) or deleted PodGroup of `backend`.
-    pub fn observe(&self, backend: BackendKind, pg: &DynamicObject, deleted: bool) {
-        let Some((uid, key)) = Self::entry(backend, pg) else {
-            return;
-        };
-        let mut index = self.0.lock().expect("lock");
-        if deleted {
-            if let Some(set) = index.get_mut(&uid) {
-                set.remove(&key);
-                if set.is_empty() {
-                    index.remove(&uid);
-                }
-            }
-        } else {
-            index.entry(uid).or_default().insert(key);
-        }
-    }
-
-    /// Replaces every entry of `backend` with the PodGroups of a freshly listed cache.
-    pub fn replace(&self, backend: BackendKind, pgs: &[Arc<DynamicObject>]) {
-        let entries: Vec<_> = pgs
-            .iter()
-            .filter_map(|pg| Self::entry(backend, pg))
-            .collect();
-        let mut index = self.0.lock().expect("lock");
-        index.retain(|_, set| {
-            set.retain(|(b, _, _)| *b != backend);
-            !set.is_empty()
-        });
-        for (uid, key) in entries {
-            index.entry(uid).or_default().insert(key);
-        }
-    }
-
-    fn owned_by(&self, uid: &str) -> Vec<OwnedKey> {
-        self.0
-            .lock()
-            .expect("lock")
-            .get(uid)
-            .map(|s| s.iter().cloned().collect())
-            .unwrap_or_default()
-    }
-}
-
-impl Caches {
-    fn pod_group_store(&self, backend: BackendKind) -> Option<Store<DynamicObject>> {
-        self.pod_groups.read().expect("lock").get(&backend).cloned()
-    }
-
-    fn admission_defaults(&self, namespace: &str) -> Result<AdmissionDefaults, InvalidJob> {
-        let mut lrs: Vec<LimitRange> = self
-            .limit_ranges
-            .state()
-            .iter()
-            .filter(|l| l.metadata.namespace.as_deref() == Some(namespace))
-            .map(|l| (**l).clone())
-            .collect();
-        lrs.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-        let rcs: Vec<RuntimeClass> = self
-            .runtime_classes
-            .state()
-            .iter()
-            .map(|r| (**r).clone())
-            .collect();
-        AdmissionDefaults::from_limit_ranges_and_runtime_classes(&lrs, &rcs)
-            .map_err(|e| InvalidJob::InvalidResources(format!("namespace admission defaults: {e}")))
-    }
-}
-
-/// Reconciles in progress, for liveness: one stuck far longer than any API call could take
-/// means the reconcile loop is wedged.
-#[derive(Default)]
-pub struct InFlight {
-    next: std::sync::atomic::AtomicU64,
-    started: Mutex<BTreeMap<u64, Instant>>,
-}
-
-/// Removes its reconcile from [`InFlight`] when dropped.
-pub struct InFlightGuard<'a>(&'a InFlight, u64);
-
-impl Drop for InFlightGuard<'_> {
-    fn drop(&mut self) {
-        self.0.started.lock().expect("lock").remove(&self.1);
-    }
-}
-
-impl InFlight {
-    pub fn enter(&self) -> InFlightGuard<'_> {
-        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.started
-            .lock()
-            .expect("lock")
-            .insert(id, Instant::now());
-        InFlightGuard(self, id)
-    }
-
-    /// How long the oldest reconcile in progress has been running.
-    pub fn oldest(&self) -> Option<Duration> {
-        self.started
-            .lock()
-            .expect("lock")
-            .values()
-            .map(|t| t.elapsed())
-            .max()
-    }
 }
 
 /// Shared by every job kind's controller.
@@ -236,8 +88,6 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
-    #[error("job object is not a known kind: {0}")]
-    UnknownKind(String),
     #[error(transparent)]
     Event(#[from] EventError),
 }
@@ -247,7 +97,6 @@ impl Error {
     fn label(&self) -> &'static str {
         match self {
             Error::Write { .. } => "write",
-            Error::UnknownKind(_) => "unknown_kind",
             Error::Event(_) => "event",
         }
     }
@@ -305,69 +154,35 @@ impl Context {
         }
     }
 
-    fn has_refusal(&self, uid: &str) -> bool {
-        self.refused.lock().expect("lock").contains_key(uid)
+    /// The object the API server refused for the job last time, and its message.
+    fn refusal(&self, uid: &str) -> Option<(Value, String)> {
+        self.refused.lock().expect("lock").get(uid).cloned()
     }
-
-    /// The API server's message if it refused exactly this object for the job before.
-    fn refusal(&self, uid: &str, object: &Value) -> Option<String> {
-        let refused = self.refused.lock().expect("lock");
-        refused
-            .get(uid)
-            .filter(|(o, _)| o == object)
-            .map(|(_, m)| m.clone())
-    }
-}
-
-/// The Events of one reconcile, on its job. A failed publication is remembered, so that the
-/// reconcile is retried (with backoff) after its writes are done.
-pub struct Report<'a> {
-    ctx: &'a Context,
-    job_ref: ObjectReference,
-    failed: Option<EventError>,
-}
-
-impl<'a> Report<'a> {
-    fn new(ctx: &'a Context, job_ref: ObjectReference) -> Self {
-        Report {
-            ctx,
-            job_ref,
-            failed: None,
+    /// Measures the gang wait of a PodGroup this process saw waiting, once it runs; a restart
+    /// does not record every running gang with its whole age.
+    fn saw_phase(&self, seen: &SeenPhase) {
+        let mut waiting = self.waiting_seen.lock().expect("lock");
+        match seen.phase {
+            Phase::Running => {
+                if waiting.remove(&seen.uid) {
+                    self.metrics
+                        .gang_wait
+                        .with_label_values(&[seen.backend.as_str()])
+                        .observe(seen.age.as_secs_f64());
+                }
+            }
+            Phase::Unknown | Phase::Pending | Phase::Scheduling => {
+                if waiting.len() > 100_000 {
+                    waiting.clear();
+                }
+                waiting.insert(seen.uid.clone());
+            }
+            Phase::Finished | Phase::Failed => {}
         }
     }
-
-    async fn event(&mut self, reason: Reason, note: String) {
-        let result = self.ctx.events.publish(&self.job_ref, reason, note).await;
-        if let Err(e) = result {
-            debug!(error = %e, "event not published");
-            self.failed.get_or_insert(e);
-        }
-    }
-
-    fn uid(&self) -> &str {
-        self.job_ref.uid.as_deref().unwrap_or_default()
-    }
 }
 
-/// Whether podgroup-sync owns `pg` for the job with this UID: the job is its controller and it
-/// carries the managed-by label. A PodGroup the job controls without the label was made by
-/// someone else — an operator whose gang mode is still on, or Volcano's own `podgroup-<uid>`
-/// for pods without a group annotation — and is never touched.
-fn ours(pg: &DynamicObject, uid: &str) -> bool {
-    let controlled = pg.metadata.owner_references.as_ref().is_some_and(|refs| {
-        refs.iter()
-            .any(|r| r.controller == Some(true) && r.uid == uid)
-    });
-    let labelled = pg
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(MANAGED_BY_LABEL))
-        .is_some_and(|v| v == MANAGED_BY_VALUE);
-    controlled && labelled
-}
-
-/// Reconciles one job of `kind`.
+/// Reconciles one job of `kind`: plan, then carry the plan out.
 pub async fn reconcile(
     obj: Arc<DynamicObject>,
     ctx: Arc<Context>,
@@ -375,22 +190,8 @@ pub async fn reconcile(
 ) -> Result<Action, Error> {
     let started = Instant::now();
     let guard = ctx.in_flight.enter();
-    let job_ref = ObjectReference {
-        api_version: Some(kind.api_version()),
-        kind: Some(kind.kind.to_string()),
-        name: Some(obj.name_any()),
-        namespace: obj.namespace(),
-        uid: obj.uid(),
-        resource_version: None,
-        field_path: None,
-    };
-    let mut report = Report::new(&ctx, job_ref);
-    let result = reconcile_inner(&obj, &ctx, kind, &mut report).await;
-    // The writes are done; an Event that could not be published makes the reconcile retry.
-    let result = match (result, report.failed.take()) {
-        (Ok(_), Some(e)) => Err(Error::Event(e)),
-        (r, _) => r,
-    };
+    let plan = plan_for(&obj, &ctx, kind);
+    let result = execute(&obj, &ctx, kind, plan).await;
     drop(guard);
     let label = match &result {
         Ok(o) => o.label(),
@@ -413,80 +214,10 @@ pub async fn reconcile(
     result.map(|o| o.action())
 }
 
-/// How a reconcile ended.
-enum Outcome {
-    Done,
-    Standby,
-    Invalid,
-    Conflict,
-    /// Wait for something outside the job (a CRD, a long Pending gang) and look again.
-    RequeueAfter(Duration),
-}
-
-impl Outcome {
-    fn label(&self) -> &'static str {
-        match self {
-            Outcome::Done | Outcome::RequeueAfter(_) => "ok",
-            Outcome::Standby => "standby",
-            Outcome::Invalid => "invalid",
-            Outcome::Conflict => "conflict",
-        }
-    }
-    fn action(&self) -> Action {
-        match self {
-            Outcome::RequeueAfter(d) => Action::requeue(*d),
-            Outcome::Standby => Action::await_change(),
-            // Watches bring every change; a slow periodic look catches anything missed.
-            _ => Action::requeue(Duration::from_secs(3600)),
-        }
-    }
-}
-
-async fn reconcile_inner(
-    obj: &DynamicObject,
-    ctx: &Context,
-    kind: &'static JobKind,
-    report: &mut Report<'_>,
-) -> Result<Outcome, Error> {
-    if !*ctx.leading.borrow() {
-        // A standby writes nothing; every job is looked at again when it becomes the leader.
-        return Ok(Outcome::Standby);
-    }
+/// Reads what the planner needs from the caches and asks it.
+fn plan_for(obj: &DynamicObject, ctx: &Context, kind: &'static JobKind) -> Plan {
     let namespace = obj.namespace().unwrap_or_default();
-    let uid = obj.uid().unwrap_or_default();
     let ns = ctx.caches.namespaces.get(&ObjectRef::new(&namespace));
-    let ns_annotations = ns.as_ref().and_then(|n| n.metadata.annotations.as_ref());
-    let mode = ctx.settings.enablement.namespace_mode(ns_annotations);
-    if obj.meta().deletion_timestamp.is_some() {
-        // The garbage collector removes the PodGroup through its ownerReference.
-        return Ok(Outcome::Done);
-    }
-    if mode == Mode::Off {
-        delete_owned(ctx, &namespace, &uid, None).await?;
-        return Ok(Outcome::Done);
-    }
-    let value = serde_json::to_value(obj).map_err(|e| Error::UnknownKind(e.to_string()))?;
-    let job = match job::normalize(kind, &value) {
-        Ok(j) => j,
-        Err(invalid) => return report_invalid(ctx, report, invalid).await,
-    };
-    if ctx.settings.enablement.job_opted_out(&job) || job.managed_elsewhere() {
-        delete_owned(ctx, &namespace, &uid, None).await?;
-        return Ok(Outcome::Done);
-    }
-    if job.finished && !ctx.settings.keep_finished {
-        if mode == Mode::Manage {
-            delete_owned(ctx, &namespace, &uid, None).await?;
-        }
-        return Ok(Outcome::Done);
-    }
-    if job.suspended() {
-        if mode == Mode::Manage {
-            delete_owned(ctx, &namespace, &uid, None).await?;
-        }
-        return Ok(Outcome::Done);
-    }
-
     let priorities = Priorities::from_classes(
         ctx.caches
             .priority_classes
@@ -494,390 +225,201 @@ async fn reconcile_inner(
             .iter()
             .map(|p| p.as_ref()),
     );
-    let gang = match ctx
-        .caches
-        .admission_defaults(&namespace)
-        .and_then(|defaults| gang::compute(&job, &priorities, &defaults))
-    {
-        Ok(g) => g,
-        Err(invalid) => return report_invalid(ctx, report, invalid).await,
-    };
+    let defaults = ctx.caches.admission_defaults(&namespace);
+    let refused = ctx.refusal(&obj.uid().unwrap_or_default());
+    plan::plan(&Input {
+        kind,
+        job: obj,
+        leading: *ctx.leading.borrow(),
+        namespace_annotations: ns.as_ref().and_then(|n| n.metadata.annotations.as_ref()),
+        priorities: &priorities,
+        defaults: &defaults,
+        pod_groups: &ctx.caches,
+        refused: refused.as_ref(),
+        settings: &ctx.settings,
+        now: Timestamp::now(),
+    })
+}
 
-    let opts = &ctx.settings.backend_options;
-    let (backend_kind, _why) = match ctx.settings.enablement.backend(&job, ns_annotations, opts) {
-        Ok(b) => b,
-        Err(msg) => {
-            report.event(Reason::InvalidBackend, msg).await;
-            ctx.metrics
-                .invalid_jobs
-                .with_label_values(&["InvalidBackend"])
-                .inc();
-            return Ok(Outcome::Invalid);
+/// Carries a plan out: deletes, the write, then the Events and metrics. An Event that could not
+/// be published makes the reconcile fail (and retry) once the writes are done.
+async fn execute(
+    obj: &DynamicObject,
+    ctx: &Context,
+    kind: &'static JobKind,
+    mut plan: Plan,
+) -> Result<Outcome, Error> {
+    let namespace = obj.namespace().unwrap_or_default();
+    let uid = obj.uid().unwrap_or_default();
+    for delete in &plan.deletes {
+        delete_pod_group(ctx, &namespace, delete).await?;
+    }
+    if let Some(write) = plan.write.take() {
+        match apply(ctx, &namespace, &write).await {
+            Ok(()) => {
+                ctx.refused.lock().expect("lock").remove(&uid);
+                if write.op == Op::Create {
+                    created(obj, ctx, &write);
+                }
+            }
+            // A PodGroup of that name appeared since the cache looked: decide once the watch
+            // has brought it in.
+            Err(Error::Write {
+                source: kube::Error::Api(e),
+                ..
+            }) if e.code == 409 && write.op == Op::Create => {
+                plan.outcome = Outcome::RequeueAfter(Duration::from_secs(1));
+            }
+            // A value the PodGroup's schema does not allow comes from the job's spec: reported
+            // with the server's message (it names the field), not sent again until it changes.
+            Err(Error::Write {
+                source: kube::Error::Api(e),
+                ..
+            }) if e.code == 400 || e.code == 422 => {
+                warn!(namespace, podgroup = write.name, code = e.code, error = %e.message, "the API server refused the PodGroup; not retried until the job changes");
+                ctx.refused
+                    .lock()
+                    .expect("lock")
+                    .insert(uid.clone(), (write.body, e.message.clone()));
+                plan.valid = false;
+                plan.phase = None;
+                plan.add_invalid(&InvalidJob::RefusedByApiServer(e.message));
+            }
+            Err(e) => return Err(e),
         }
-    };
-    let backend = backend_kind.backend();
-    let Some(store) = ctx.caches.pod_group_store(backend_kind) else {
-        ctx.metrics
-            .backend_unavailable
-            .with_label_values(&[backend_kind.as_str()])
-            .inc();
-        report.event(
-            Reason::BackendUnavailable,
-            format!(
-                "the {backend_kind} PodGroup CRD ({}) is not served by the API server; the PodGroup is created once it is",
-                backend.api_resource().api_version
-            ),
-        )
-        .await;
-        return Ok(Outcome::RequeueAfter(Duration::from_secs(300)));
-    };
-
-    let (name, name_warnings) =
-        match backend::name_and_checks(backend, &job, &|c| priorities.contains(c)) {
-            Ok(n) => n,
-            Err(invalid) => return report_invalid(ctx, report, invalid).await,
-        };
-    // The job is valid now: an InvalidSpec it gets again later is news.
-    if !ctx.has_refusal(&uid) {
+    }
+    if plan.valid {
         ctx.events.forget(&uid, &[Reason::InvalidSpec]);
     }
-    let mut warnings = gang.warnings.clone();
-    warnings.extend(name_warnings);
-    if !warnings.is_empty() {
-        report
-            .event(Reason::GangSpecWarning, warnings.join("; "))
-            .await;
+    if let Some(seen) = &plan.phase {
+        ctx.saw_phase(seen);
     }
-    let missing = backend::missing_links(backend, &job, &name, opts);
-    if !missing.is_empty() {
-        report
-            .event(
-                Reason::MissingPodGroupLink,
-                format!(
-                    "pods of these templates will not join PodGroup {name}: {}",
-                    missing.join("; ")
-                ),
-            )
-            .await;
-    }
+    count(ctx, &plan.tallies);
+    publish(obj, ctx, kind, &plan.events).await?;
+    Ok(plan.outcome)
+}
 
-    let existing = cached(backend, &store, &namespace, &name);
-    if mode == Mode::Manage {
-        // A PodGroup this job owns under another name or backend is stale.
-        delete_owned(ctx, &namespace, &uid, Some((backend_kind, &name))).await?;
-    }
-    let existing_spec = existing.as_ref().and_then(|pg| pg.data.get("spec"));
-    let freeze = existing.is_some() && ctx.settings.resize != ResizePolicy::Always;
-    let desired = backend::desired_object(backend, &job, &gang, &name, existing_spec, freeze, opts);
-
-    match existing {
-        Some(pg) if !ours(&pg, &uid) => {
-            ctx.metrics.conflicts.inc();
-            let owner = pg
-                .metadata
-                .owner_references
-                .as_ref()
-                .and_then(|r| r.iter().find(|o| o.controller == Some(true)))
-                .map(|o| format!("{} {}", o.kind, o.name))
-                .unwrap_or_else(|| "no controller".into());
-            let owner = if pg
-                .metadata
-                .owner_references
-                .iter()
-                .flatten()
-                .any(|o| o.uid == uid)
-            {
-                "this job, but was not made by podgroup-sync (is the operator's own gang scheduling on?)".to_string()
-            } else {
-                owner
-            };
-            report.event(
-                Reason::PodGroupConflict,
-                format!(
-                    "{backend_kind} PodGroup {name} already exists and is controlled by {owner}; podgroup-sync leaves it untouched"
-                ),
-            )
-            .await;
-            Ok(Outcome::Conflict)
-        }
-        Some(pg) => {
-            let actual = serde_json::to_value(pg.as_ref()).unwrap_or(Value::Null);
-            if needs_apply(&desired, &actual, FIELD_MANAGER) {
-                if mode == Mode::DryRun {
-                    report
-                        .event(
-                            Reason::WouldUpdatePodGroup,
-                            format!("{backend_kind} PodGroup {name}: {}", desired["spec"]),
-                        )
-                        .await;
-                } else if let Some(refused) =
-                    write(ctx, report, backend, &namespace, &name, &desired, "update").await?
-                {
-                    return Ok(refused);
-                }
+/// Counts a plan's metrics.
+fn count(ctx: &Context, tallies: &[Tally]) {
+    for tally in tallies {
+        match tally {
+            Tally::Invalid(reason) => {
+                debug!(reason, "invalid job");
+                ctx.metrics.invalid_jobs.with_label_values(&[reason]).inc()
             }
-            Ok(report_status(ctx, report, backend, &pg).await)
-        }
-        None => {
-            if mode == Mode::DryRun {
-                report
-                    .event(
-                        Reason::WouldCreatePodGroup,
-                        format!("{backend_kind} PodGroup {name}: {}", desired["spec"]),
-                    )
-                    .await;
-                return Ok(Outcome::Done);
-            }
-            let mut create = desired.clone();
-            create["metadata"]["resourceVersion"] = Value::from(CREATE_ONLY);
-            match write(ctx, report, backend, &namespace, &name, &create, "create").await {
-                Ok(None) => {}
-                Ok(Some(refused)) => return Ok(refused),
-                // A PodGroup of that name appeared since the cache looked: decide once the watch
-                // has brought it in.
-                Err(Error::Write {
-                    source: kube::Error::Api(e),
-                    ..
-                }) if e.code == 409 => {
-                    return Ok(Outcome::RequeueAfter(Duration::from_secs(1)));
-                }
-                Err(e) => return Err(e),
-            }
-            // Job creation → PodGroup: recreations (resume, a manual delete) are not first creations.
-            let first_creation = obj.meta().generation.is_none_or(|g| g <= 1);
-            if let (true, Some(created)) = (first_creation, obj.meta().creation_timestamp.as_ref())
-            {
-                let secs = Timestamp::now()
-                    .duration_since(created.0)
-                    .as_secs_f64()
-                    .max(0.0);
-                ctx.metrics
-                    .job_to_podgroup
-                    .with_label_values(&[backend_kind.as_str()])
-                    .observe(secs);
-            }
-            info!(job = %job.name, namespace = %namespace, podgroup = %name, backend = %backend_kind, min_member = gang.min_member, "created PodGroup");
-            Ok(Outcome::Done)
+            Tally::Conflict => ctx.metrics.conflicts.inc(),
+            Tally::BackendUnavailable(b) => ctx
+                .metrics
+                .backend_unavailable
+                .with_label_values(&[b.as_str()])
+                .inc(),
         }
     }
 }
 
-async fn report_invalid(
+/// Publishes a plan's Events on the job; the first failure is returned after trying them all.
+async fn publish(
+    obj: &DynamicObject,
     ctx: &Context,
-    report: &mut Report<'_>,
-    invalid: InvalidJob,
-) -> Result<Outcome, Error> {
-    ctx.metrics
-        .invalid_jobs
-        .with_label_values(&[invalid.reason()])
-        .inc();
-    debug!(job = ?report.job_ref.name, reason = invalid.reason(), "invalid job");
-    report
-        .event(Reason::InvalidSpec, format!("no PodGroup: {invalid}"))
-        .await;
-    Ok(Outcome::Invalid)
-}
-
-/// The cached PodGroup, if any. A miss is not asked of the API server: the PodGroup is then
-/// created with a create-only apply (see `CREATE_ONLY`).
-fn cached(
-    backend: &dyn PodGroupBackend,
-    store: &Store<DynamicObject>,
-    namespace: &str,
-    name: &str,
-) -> Option<Arc<DynamicObject>> {
-    store.get(&ObjectRef::new_with(name, backend.api_resource()).within(namespace))
-}
-
-/// Sends a PodGroup write unless the API server refused this very object for the job before.
-/// A refusal (400/422: a value the PodGroup's schema does not allow) comes from the job's spec:
-/// it is reported as `InvalidSpec` with the server's message, which names the field, and the
-/// same object is not sent again — only a job change that alters it is. `Some` is that outcome.
-async fn write(
-    ctx: &Context,
-    report: &mut Report<'_>,
-    backend: &dyn PodGroupBackend,
-    namespace: &str,
-    name: &str,
-    body: &Value,
-    op: &'static str,
-) -> Result<Option<Outcome>, Error> {
-    let uid = report.uid().to_string();
-    if let Some(message) = ctx.refusal(&uid, body) {
-        let invalid = InvalidJob::RefusedByApiServer(message);
-        return report_invalid(ctx, report, invalid).await.map(Some);
+    kind: &JobKind,
+    events: &[(Reason, String)],
+) -> Result<(), EventError> {
+    if events.is_empty() {
+        return Ok(());
     }
-    match apply(ctx, backend, namespace, name, body, op).await {
-        Ok(()) => {
-            ctx.refused.lock().expect("lock").remove(&uid);
-            Ok(None)
+    let job_ref = ObjectReference {
+        api_version: Some(kind.api_version()),
+        kind: Some(kind.kind.to_string()),
+        name: Some(obj.name_any()),
+        namespace: obj.namespace(),
+        uid: obj.uid(),
+        resource_version: None,
+        field_path: None,
+    };
+    let mut failed = None;
+    for (reason, note) in events {
+        if let Err(e) = ctx.events.publish(&job_ref, *reason, note.clone()).await {
+            debug!(error = %e, "event not published");
+            failed.get_or_insert(e);
         }
-        Err(Error::Write {
-            source: kube::Error::Api(e),
-            ..
-        }) if e.code == 400 || e.code == 422 => {
-            warn!(namespace, podgroup = name, code = e.code, error = %e.message, "the API server refused the PodGroup; not retried until the job changes");
-            ctx.refused
-                .lock()
-                .expect("lock")
-                .insert(uid, (body.clone(), e.message.clone()));
-            let invalid = InvalidJob::RefusedByApiServer(e.message);
-            report_invalid(ctx, report, invalid).await.map(Some)
-        }
-        Err(e) => Err(e),
     }
+    failed.map_or(Ok(()), Err)
 }
 
-/// A resourceVersion no PodGroup can have (etcd's first revision belongs to the API server's own
-/// bootstrap). A server-side apply that carries it creates the object when there is none and is
-/// refused with 409 Conflict when there is one: a create-only apply, so a PodGroup someone else
-/// made since the cache looked is never taken over, without a GET before every create.
-const CREATE_ONLY: &str = "1";
+/// After a create: the job-creation-to-PodGroup latency, for first creations only
+/// (recreations on resume or after a manual delete are not).
+fn created(obj: &DynamicObject, ctx: &Context, write: &Write) {
+    let first_creation = obj.meta().generation.is_none_or(|g| g <= 1);
+    if let (true, Some(created)) = (first_creation, obj.meta().creation_timestamp.as_ref()) {
+        let secs = Timestamp::now()
+            .duration_since(created.0)
+            .as_secs_f64()
+            .max(0.0);
+        ctx.metrics
+            .job_to_podgroup
+            .with_label_values(&[write.backend.as_str()])
+            .observe(secs);
+    }
+    info!(job = %obj.name_any(), namespace = obj.namespace().unwrap_or_default(), podgroup = %write.name, backend = %write.backend, min_member = write.min_member, "created PodGroup");
+}
 
-async fn apply(
-    ctx: &Context,
-    backend: &dyn PodGroupBackend,
-    namespace: &str,
-    name: &str,
-    desired: &Value,
-    op: &'static str,
-) -> Result<(), Error> {
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), namespace, &backend.api_resource());
+async fn apply(ctx: &Context, namespace: &str, write: &Write) -> Result<(), Error> {
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        ctx.client.clone(),
+        namespace,
+        &write.backend.backend().api_resource(),
+    );
     // Force: the fields podgroup-sync owns are its to set, even after someone edited them.
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    api.patch(name, &params, &Patch::Apply(desired))
+    api.patch(&write.name, &params, &Patch::Apply(&write.body))
         .await
         .map_err(|source| Error::Write {
-            action: op,
+            action: write.op.as_str(),
             namespace: namespace.into(),
-            name: name.into(),
+            name: write.name.clone(),
             source,
         })?;
     ctx.metrics
         .podgroup_writes
-        .with_label_values(&[backend.kind().as_str(), op])
+        .with_label_values(&[write.backend.as_str(), write.op.as_str()])
         .inc();
     Ok(())
 }
 
-/// Deletes the PodGroups controlled by the job `uid` in `namespace`, except `keep`.
-/// Each delete carries the PodGroup's UID as a precondition, so a PodGroup recreated meanwhile
-/// (for a new job of the same name) is never hit.
-async fn delete_owned(
-    ctx: &Context,
-    namespace: &str,
-    uid: &str,
-    keep: Option<(BackendKind, &str)>,
-) -> Result<(), Error> {
-    let stores: BTreeMap<BackendKind, Store<DynamicObject>> =
-        ctx.caches.pod_groups.read().expect("lock").clone();
-    for (kind, ns, name) in ctx.caches.owned.owned_by(uid) {
-        if ns != namespace || keep == Some((kind, name.as_str())) {
-            continue;
-        }
-        let Some(store) = stores.get(&kind) else {
-            continue;
-        };
-        let key = ObjectRef::new_with(&name, kind.backend().api_resource()).within(&ns);
-        let owned = store.get(&key).filter(|pg| ours(pg, uid));
-        if let Some(pg) = owned {
-            let name = pg.name_any();
-            let api: Api<DynamicObject> = Api::namespaced_with(
-                ctx.client.clone(),
-                namespace,
-                &kind.backend().api_resource(),
-            );
-            let params = DeleteParams {
-                preconditions: Some(Preconditions {
-                    uid: pg.uid(),
-                    resource_version: None,
-                }),
-                ..DeleteParams::default()
-            };
-            match api.delete(&name, &params).await {
-                Ok(_) => {
-                    ctx.metrics
-                        .podgroup_writes
-                        .with_label_values(&[kind.as_str(), "delete"])
-                        .inc();
-                    info!(namespace, podgroup = %name, backend = %kind, "deleted PodGroup");
-                }
-                // Already gone, or replaced by a new object: nothing of ours to delete.
-                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-                Err(source) => {
-                    return Err(Error::Write {
-                        action: "delete",
-                        namespace: namespace.into(),
-                        name,
-                        source,
-                    });
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Mirrors why the scheduler holds a gang back as Events; asks to look again while it waits.
-async fn report_status(
-    ctx: &Context,
-    report: &mut Report<'_>,
-    backend: &dyn PodGroupBackend,
-    pg: &DynamicObject,
-) -> Outcome {
-    let status = pg.data.get("status");
-    let phase = backend.phase(status);
-    let pg_uid = pg.uid().unwrap_or_default();
-    let age = pg
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .map(|t| Duration::try_from(Timestamp::now().duration_since(t.0)).unwrap_or_default())
-        .unwrap_or_default();
-    if phase == Phase::Running {
-        if ctx.waiting_seen.lock().expect("lock").remove(&pg_uid) {
+/// Deletes one PodGroup with its UID as a precondition, so a PodGroup recreated meanwhile (for a
+/// new job of the same name) is never hit.
+async fn delete_pod_group(ctx: &Context, namespace: &str, delete: &Delete) -> Result<(), Error> {
+    let backend: BackendKind = delete.backend;
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        ctx.client.clone(),
+        namespace,
+        &backend.backend().api_resource(),
+    );
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: delete.uid.clone(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(&delete.name, &params).await {
+        Ok(_) => {
             ctx.metrics
-                .gang_wait
-                .with_label_values(&[backend.kind().as_str()])
-                .observe(age.as_secs_f64());
+                .podgroup_writes
+                .with_label_values(&[backend.as_str(), "delete"])
+                .inc();
+            info!(namespace, podgroup = %delete.name, backend = %backend, "deleted PodGroup");
+            Ok(())
         }
-        return Outcome::Done;
+        // Already gone, or replaced by a new object: nothing of ours to delete.
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
+        Err(source) => Err(Error::Write {
+            action: "delete",
+            namespace: namespace.into(),
+            name: delete.name.clone(),
+            source,
+        }),
     }
-    if matches!(phase, Phase::Unknown | Phase::Pending | Phase::Scheduling) {
-        let mut waiting = ctx.waiting_seen.lock().expect("lock");
-        if waiting.len() > 100_000 {
-            waiting.clear();
-        }
-        waiting.insert(pg_uid.clone());
-    }
-    if let Some((reason, message)) = backend.unschedulable(status) {
-        report
-            .event(
-                Reason::GangUnschedulable,
-                format!("PodGroup {}: {reason}: {message}", pg.name_any()),
-            )
-            .await;
-        return Outcome::Done;
-    }
-    if matches!(phase, Phase::Pending | Phase::Scheduling) {
-        let limit = ctx.settings.gang_wait_warning;
-        if age >= limit {
-            report.event(
-                Reason::GangWaiting,
-                format!(
-                    "PodGroup {} has been {} for more than {}s: the gang is waiting for its pods or for capacity",
-                    pg.name_any(),
-                    phase.as_str(),
-                    limit.as_secs()
-                ),
-            )
-            .await;
-        } else {
-            return Outcome::RequeueAfter(limit - age + Duration::from_secs(1));
-        }
-    }
-    Outcome::Done
 }
 
 /// After a failed reconcile: log, count, and retry with a per-job backoff (0.5 s doubling to

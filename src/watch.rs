@@ -25,9 +25,10 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use crate::backend::BackendKind;
+use crate::caches::OwnedIndex;
 use crate::liveness::Probe;
 use crate::metrics::Metrics;
-use crate::reconcile::{FIELD_MANAGER, OwnedIndex};
+use crate::reconcile::FIELD_MANAGER;
 use crate::trigger::{Trigger, owner_trigger};
 
 /// Dropped from cached objects: a second copy of the whole object.

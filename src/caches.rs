@@ -1,0 +1,144 @@
+//! The caches a reconcile reads, kept by the reflectors of `watch`, and the view of them the
+//! planner sees.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, RwLock};
+
+use k8s_openapi::api::core::v1::{LimitRange, Namespace};
+use k8s_openapi::api::node::v1::RuntimeClass;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use kube::runtime::reflector::{ObjectRef, Store};
+
+use crate::backend::BackendKind;
+use crate::job::InvalidJob;
+use crate::plan::PodGroups;
+use crate::resources::AdmissionDefaults;
+
+/// Read-only caches of the cluster, kept by reflectors.
+#[derive(Clone)]
+pub struct Caches {
+    pub namespaces: Store<Namespace>,
+    pub limit_ranges: Store<LimitRange>,
+    pub priority_classes: Store<PriorityClass>,
+    pub runtime_classes: Store<RuntimeClass>,
+    /// PodGroups of each backend whose CRD is served and whose cache has synced.
+    pub pod_groups: Arc<RwLock<BTreeMap<BackendKind, Store<DynamicObject>>>>,
+    /// The cached PodGroups by the UID of the job that controls them.
+    pub owned: OwnedIndex,
+}
+
+/// PodGroups by the UID of their controller, kept by the PodGroup reflectors, so that a
+/// reconcile finds the PodGroups its job owns without scanning every cached PodGroup. Entries
+/// may be stale (a delete missed across a re-list): readers check them against the cache.
+#[derive(Clone, Default)]
+pub struct OwnedIndex(Arc<Mutex<HashMap<String, BTreeSet<OwnedKey>>>>);
+
+/// A cached PodGroup: its backend, namespace and name.
+type OwnedKey = (BackendKind, String, String);
+
+impl OwnedIndex {
+    /// The controller UID and key of a PodGroup, if it has a controller.
+    fn entry(backend: BackendKind, pg: &DynamicObject) -> Option<(String, OwnedKey)> {
+        let uid = pg
+            .metadata
+            .owner_references
+            .as_ref()?
+            .iter()
+            .find(|r| r.controller == Some(true))?
+            .uid
+            .clone();
+        Some((
+            uid,
+            (backend, pg.namespace().unwrap_or_default(), pg.name_any()),
+        ))
+    }
+
+    /// Records an applied (`deleted` false) or deleted PodGroup of `backend`.
+    pub fn observe(&self, backend: BackendKind, pg: &DynamicObject, deleted: bool) {
+        let Some((uid, key)) = Self::entry(backend, pg) else {
+            return;
+        };
+        let mut index = self.0.lock().expect("lock");
+        if deleted {
+            if let Some(set) = index.get_mut(&uid) {
+                set.remove(&key);
+                if set.is_empty() {
+                    index.remove(&uid);
+                }
+            }
+        } else {
+            index.entry(uid).or_default().insert(key);
+        }
+    }
+
+    /// Replaces every entry of `backend` with the PodGroups of a freshly listed cache.
+    pub fn replace(&self, backend: BackendKind, pgs: &[Arc<DynamicObject>]) {
+        let entries: Vec<_> = pgs
+            .iter()
+            .filter_map(|pg| Self::entry(backend, pg))
+            .collect();
+        let mut index = self.0.lock().expect("lock");
+        index.retain(|_, set| {
+            set.retain(|(b, _, _)| *b != backend);
+            !set.is_empty()
+        });
+        for (uid, key) in entries {
+            index.entry(uid).or_default().insert(key);
+        }
+    }
+
+    pub fn owned_by(&self, uid: &str) -> Vec<OwnedKey> {
+        self.0
+            .lock()
+            .expect("lock")
+            .get(uid)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+impl Caches {
+    pub fn pod_group_store(&self, backend: BackendKind) -> Option<Store<DynamicObject>> {
+        self.pod_groups.read().expect("lock").get(&backend).cloned()
+    }
+
+    pub fn admission_defaults(&self, namespace: &str) -> Result<AdmissionDefaults, InvalidJob> {
+        let mut lrs: Vec<LimitRange> = self
+            .limit_ranges
+            .state()
+            .iter()
+            .filter(|l| l.metadata.namespace.as_deref() == Some(namespace))
+            .map(|l| (**l).clone())
+            .collect();
+        lrs.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        let rcs: Vec<RuntimeClass> = self
+            .runtime_classes
+            .state()
+            .iter()
+            .map(|r| (**r).clone())
+            .collect();
+        AdmissionDefaults::from_limit_ranges_and_runtime_classes(&lrs, &rcs)
+            .map_err(|e| InvalidJob::InvalidResources(format!("namespace admission defaults: {e}")))
+    }
+}
+
+impl PodGroups for Caches {
+    fn served(&self, backend: BackendKind) -> bool {
+        self.pod_groups.read().expect("lock").contains_key(&backend)
+    }
+
+    fn get(&self, backend: BackendKind, namespace: &str, name: &str) -> Option<Arc<DynamicObject>> {
+        let store = self.pod_group_store(backend)?;
+        store.get(&ObjectRef::new_with(name, backend.backend().api_resource()).within(namespace))
+    }
+
+    fn controlled_by(&self, uid: &str) -> Vec<(BackendKind, Arc<DynamicObject>)> {
+        self.owned
+            .owned_by(uid)
+            .into_iter()
+            .filter_map(|(backend, ns, name)| Some((backend, self.get(backend, &ns, &name)?)))
+            .collect()
+    }
+}

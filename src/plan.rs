@@ -1,0 +1,1101 @@
+//! Step 4 of the pipeline: what one reconcile does, decided without I/O (SPEC §2, §3, §4, §5).
+//!
+//! [`plan`] turns a job, its namespace's mode, the cached PodGroups and the settings into a
+//! [`Plan`]: the PodGroups to delete, the one create or update, the Events, the metrics to count
+//! and the outcome. `reconcile` only carries a plan out. Every lifecycle row of SPEC §4 and every
+//! enablement rule of SPEC §2 is a unit test below.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+use kube::api::DynamicObject;
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use serde_json::Value;
+
+use crate::backend::{self, BackendKind, MANAGED_BY_LABEL, MANAGED_BY_VALUE, Phase};
+use crate::diff::needs_apply;
+use crate::enablement::Mode;
+use crate::events::Reason;
+use crate::gang::{self, Gang, Priorities};
+use crate::job::{self, InvalidJob, Job, JobKind};
+use crate::reconcile::{FIELD_MANAGER, ResizePolicy, Settings};
+use crate::resources::AdmissionDefaults;
+
+/// A resourceVersion no PodGroup can have (etcd's first revision belongs to the API server's own
+/// bootstrap). A server-side apply that carries it creates the object when there is none and is
+/// refused with 409 Conflict when there is one: a create-only apply, so a PodGroup someone else
+/// made since the cache looked is never taken over, without a GET before every create.
+pub const CREATE_ONLY: &str = "1";
+
+/// The cached PodGroups, as the planner sees them.
+pub trait PodGroups {
+    /// Whether the backend's CRD is served and its PodGroups are cached.
+    fn served(&self, backend: BackendKind) -> bool;
+    /// The cached PodGroup of that backend, namespace and name.
+    fn get(&self, backend: BackendKind, namespace: &str, name: &str) -> Option<Arc<DynamicObject>>;
+    /// The cached PodGroups whose controller is the job with this UID.
+    fn controlled_by(&self, uid: &str) -> Vec<(BackendKind, Arc<DynamicObject>)>;
+}
+
+/// Everything a reconcile decides from, read from the caches by the caller.
+pub struct Input<'a> {
+    pub kind: &'static JobKind,
+    pub job: &'a DynamicObject,
+    /// False on a standby replica.
+    pub leading: bool,
+    /// The annotations of the job's Namespace (`None` when it is not cached).
+    pub namespace_annotations: Option<&'a BTreeMap<String, String>>,
+    pub priorities: &'a Priorities,
+    /// The namespace's LimitRange defaults and the RuntimeClass overheads.
+    pub defaults: &'a Result<AdmissionDefaults, InvalidJob>,
+    pub pod_groups: &'a dyn PodGroups,
+    /// The object the API server refused (400/422) for this job last time, and its message.
+    pub refused: Option<&'a (Value, String)>,
+    pub settings: &'a Settings,
+    pub now: Timestamp,
+}
+
+/// How a reconcile ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Done,
+    /// A standby replica: it writes nothing.
+    Standby,
+    Invalid,
+    Conflict,
+    /// Wait for something outside the job (a CRD, a long Pending gang) and look again.
+    RequeueAfter(Duration),
+}
+
+impl Outcome {
+    /// The `result` label of the reconcile metric.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Outcome::Done | Outcome::RequeueAfter(_) => "ok",
+            Outcome::Standby => "standby",
+            Outcome::Invalid => "invalid",
+            Outcome::Conflict => "conflict",
+        }
+    }
+
+    pub fn action(&self) -> Action {
+        match self {
+            Outcome::RequeueAfter(d) => Action::requeue(*d),
+            Outcome::Standby => Action::await_change(),
+            // Watches bring every change; a slow periodic look catches anything missed.
+            _ => Action::requeue(Duration::from_secs(3600)),
+        }
+    }
+}
+
+/// A PodGroup to delete, with its UID as the precondition.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Delete {
+    pub backend: BackendKind,
+    pub name: String,
+    pub uid: Option<String>,
+}
+
+/// Whether a write creates or updates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Create,
+    Update,
+}
+
+impl Op {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Op::Create => "create",
+            Op::Update => "update",
+        }
+    }
+}
+
+/// The one server-side apply of a reconcile.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Write {
+    pub backend: BackendKind,
+    pub name: String,
+    pub op: Op,
+    /// The apply body (a create carries [`CREATE_ONLY`]).
+    pub body: Value,
+    pub min_member: u32,
+}
+
+/// A metric a plan counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tally {
+    /// `invalid_jobs_total{reason}`.
+    Invalid(&'static str),
+    Conflict,
+    BackendUnavailable(BackendKind),
+}
+
+/// A PodGroup's phase as the reconcile saw it, for the gang-wait metric.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeenPhase {
+    pub backend: BackendKind,
+    pub uid: String,
+    pub phase: Phase,
+    /// Since the PodGroup was created.
+    pub age: Duration,
+}
+
+/// What one reconcile does.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// Deleted first, in this order.
+    pub deletes: Vec<Delete>,
+    pub write: Option<Write>,
+    /// Published on the job after the writes.
+    pub events: Vec<(Reason, String)>,
+    pub tallies: Vec<Tally>,
+    /// The job is valid: an `InvalidSpec` it gets later is news again.
+    pub valid: bool,
+    pub phase: Option<SeenPhase>,
+    pub outcome: Outcome,
+}
+
+impl Plan {
+    fn new(outcome: Outcome) -> Self {
+        Plan {
+            deletes: Vec::new(),
+            write: None,
+            events: Vec::new(),
+            tallies: Vec::new(),
+            valid: false,
+            phase: None,
+            outcome,
+        }
+    }
+
+    /// Deletes every PodGroup podgroup-sync made for this job (in a managed namespace).
+    fn delete_all(input: &Input, mode: Mode) -> Self {
+        let mut plan = Plan::new(Outcome::Done);
+        if mode != Mode::DryRun {
+            plan.deletes = stale(input, None);
+        }
+        plan
+    }
+
+    /// An `InvalidSpec` Warning and its metric.
+    pub fn invalid(invalid: &InvalidJob) -> Self {
+        let mut plan = Plan::new(Outcome::Invalid);
+        plan.add_invalid(invalid);
+        plan
+    }
+
+    pub fn add_invalid(&mut self, invalid: &InvalidJob) {
+        self.outcome = Outcome::Invalid;
+        self.tallies.push(Tally::Invalid(invalid.reason()));
+        self.events
+            .push((Reason::InvalidSpec, format!("no PodGroup: {invalid}")));
+    }
+}
+
+/// Whether podgroup-sync owns `pg` for the job with this UID: the job is its controller and it
+/// carries the managed-by label. A PodGroup the job controls without the label was made by
+/// someone else — an operator whose gang mode is still on, or Volcano's own `podgroup-<uid>`
+/// for pods without a group annotation — and is never touched.
+pub fn ours(pg: &DynamicObject, uid: &str) -> bool {
+    let controlled = pg.metadata.owner_references.as_ref().is_some_and(|refs| {
+        refs.iter()
+            .any(|r| r.controller == Some(true) && r.uid == uid)
+    });
+    let labelled = pg
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(MANAGED_BY_LABEL))
+        .is_some_and(|v| v == MANAGED_BY_VALUE);
+    controlled && labelled
+}
+
+/// The PodGroups podgroup-sync made for this job in its namespace, except `keep`.
+fn stale(input: &Input, keep: Option<(BackendKind, &str)>) -> Vec<Delete> {
+    let uid = input.job.uid().unwrap_or_default();
+    let namespace = input.job.namespace().unwrap_or_default();
+    input
+        .pod_groups
+        .controlled_by(&uid)
+        .into_iter()
+        .filter(|(b, pg)| {
+            pg.namespace().as_deref() == Some(namespace.as_str())
+                && keep != Some((*b, pg.name_any().as_str()))
+                && ours(pg, &uid)
+        })
+        .map(|(backend, pg)| Delete {
+            backend,
+            name: pg.name_any(),
+            uid: pg.uid(),
+        })
+        .collect()
+}
+
+/// Decides what one reconcile of a job does (SPEC §2 and §4: which jobs get a PodGroup at all).
+pub fn plan(input: &Input) -> Plan {
+    if !input.leading {
+        // A standby writes nothing; every job is looked at again when it becomes the leader.
+        return Plan::new(Outcome::Standby);
+    }
+    if input.job.meta().deletion_timestamp.is_some() {
+        // The garbage collector removes the PodGroup through its ownerReference.
+        return Plan::new(Outcome::Done);
+    }
+    let enablement = &input.settings.enablement;
+    let mode = enablement.namespace_mode(input.namespace_annotations);
+    if mode == Mode::Off {
+        return Plan::delete_all(input, Mode::Manage);
+    }
+    let job = match serde_json::to_value(input.job)
+        .map_err(|e| InvalidJob::Malformed(e.to_string()))
+        .and_then(|v| job::normalize(input.kind, &v))
+    {
+        Ok(j) => j,
+        Err(invalid) => return Plan::invalid(&invalid),
+    };
+    if enablement.job_opted_out(&job) || job.managed_elsewhere() {
+        return Plan::delete_all(input, Mode::Manage);
+    }
+    let finished = job.finished && !input.settings.keep_finished;
+    if finished || job.suspended() {
+        // A dry-run namespace never had a PodGroup written.
+        return Plan::delete_all(input, mode);
+    }
+    let gang = match input
+        .defaults
+        .clone()
+        .and_then(|defaults| gang::compute(&job, input.priorities, &defaults))
+    {
+        Ok(g) => g,
+        Err(invalid) => return Plan::invalid(&invalid),
+    };
+    plan_active(input, mode, &job, &gang)
+}
+
+/// An active job with a gang: choose the backend and name, report what is off in the templates,
+/// then create, update or leave the PodGroup (SPEC §3).
+fn plan_active(input: &Input, mode: Mode, job: &Job, gang: &Gang) -> Plan {
+    let opts = &input.settings.backend_options;
+    let backend_kind =
+        match input
+            .settings
+            .enablement
+            .backend(job, input.namespace_annotations, opts)
+        {
+            Ok((b, _)) => b,
+            Err(msg) => {
+                let mut plan = Plan::new(Outcome::Invalid);
+                plan.tallies.push(Tally::Invalid("InvalidBackend"));
+                plan.events.push((Reason::InvalidBackend, msg));
+                return plan;
+            }
+        };
+    let backend = backend_kind.backend();
+    if !input.pod_groups.served(backend_kind) {
+        let mut plan = Plan::new(Outcome::RequeueAfter(Duration::from_secs(300)));
+        plan.tallies.push(Tally::BackendUnavailable(backend_kind));
+        plan.events.push((
+            Reason::BackendUnavailable,
+            format!(
+                "the {backend_kind} PodGroup CRD ({}) is not served by the API server; the PodGroup is created once it is",
+                backend.api_resource().api_version
+            ),
+        ));
+        return plan;
+    }
+    let (name, name_warnings) =
+        match backend::name_and_checks(backend, job, &|c| input.priorities.contains(c)) {
+            Ok(n) => n,
+            Err(invalid) => return Plan::invalid(&invalid),
+        };
+    let mut plan = Plan::new(Outcome::Done);
+    // A job refused before stays reported until a write succeeds.
+    plan.valid = input.refused.is_none();
+    let mut warnings = gang.warnings.clone();
+    warnings.extend(name_warnings);
+    if !warnings.is_empty() {
+        plan.events
+            .push((Reason::GangSpecWarning, warnings.join("; ")));
+    }
+    let missing = backend::missing_links(backend, job, &name, opts);
+    if !missing.is_empty() {
+        plan.events.push((
+            Reason::MissingPodGroupLink,
+            format!(
+                "pods of these templates will not join PodGroup {name}: {}",
+                missing.join("; ")
+            ),
+        ));
+    }
+    if mode == Mode::Manage {
+        // A PodGroup this job owns under another name or backend is stale.
+        plan.deletes = stale(input, Some((backend_kind, &name)));
+    }
+    let existing = input.pod_groups.get(backend_kind, &job.namespace, &name);
+    plan_pod_group(input, mode, job, gang, backend_kind, &name, existing, plan)
+}
+
+/// The PodGroup itself: a conflict, an update of ours, or a create (SPEC §3, §4).
+#[allow(clippy::too_many_arguments)]
+fn plan_pod_group(
+    input: &Input,
+    mode: Mode,
+    job: &Job,
+    gang: &Gang,
+    backend_kind: BackendKind,
+    name: &str,
+    existing: Option<Arc<DynamicObject>>,
+    mut plan: Plan,
+) -> Plan {
+    let backend = backend_kind.backend();
+    let opts = &input.settings.backend_options;
+    let existing_spec = existing.as_ref().and_then(|pg| pg.data.get("spec"));
+    let freeze = existing.is_some() && input.settings.resize != ResizePolicy::Always;
+    let desired = backend::desired_object(backend, job, gang, name, existing_spec, freeze, opts);
+    let Some(pg) = existing else {
+        if mode == Mode::DryRun {
+            plan.events.push((
+                Reason::WouldCreatePodGroup,
+                format!("{backend_kind} PodGroup {name}: {}", desired["spec"]),
+            ));
+            return plan;
+        }
+        let mut body = desired;
+        body["metadata"]["resourceVersion"] = Value::from(CREATE_ONLY);
+        return with_write(input, plan, backend_kind, name, Op::Create, body, gang);
+    };
+    if !ours(&pg, &job.uid) {
+        return conflict(plan, &pg, &job.uid, backend_kind, name);
+    }
+    let actual = serde_json::to_value(pg.as_ref()).unwrap_or(Value::Null);
+    if needs_apply(&desired, &actual, FIELD_MANAGER) {
+        if mode == Mode::DryRun {
+            plan.events.push((
+                Reason::WouldUpdatePodGroup,
+                format!("{backend_kind} PodGroup {name}: {}", desired["spec"]),
+            ));
+        } else {
+            plan = with_write(input, plan, backend_kind, name, Op::Update, desired, gang);
+            if plan.outcome == Outcome::Invalid {
+                return plan;
+            }
+        }
+    }
+    status(input, plan, backend_kind, &pg)
+}
+
+/// Adds the write, unless the API server refused this very object for the job before: then the
+/// refusal is reported again and nothing is sent until a job change alters the object.
+fn with_write(
+    input: &Input,
+    mut plan: Plan,
+    backend: BackendKind,
+    name: &str,
+    op: Op,
+    body: Value,
+    gang: &Gang,
+) -> Plan {
+    if let Some((_, message)) = input.refused.filter(|(o, _)| *o == body) {
+        plan.valid = false;
+        plan.add_invalid(&InvalidJob::RefusedByApiServer(message.clone()));
+        return plan;
+    }
+    plan.write = Some(Write {
+        backend,
+        name: name.to_string(),
+        op,
+        body,
+        min_member: gang.min_member,
+    });
+    plan
+}
+
+/// A PodGroup of that name that podgroup-sync did not make for this job: left untouched.
+fn conflict(
+    mut plan: Plan,
+    pg: &DynamicObject,
+    uid: &str,
+    backend_kind: BackendKind,
+    name: &str,
+) -> Plan {
+    let refs = pg.metadata.owner_references.iter().flatten();
+    let owner = if refs.clone().any(|o| o.uid == uid) {
+        "this job, but was not made by podgroup-sync (is the operator's own gang scheduling on?)"
+            .to_string()
+    } else {
+        refs.clone()
+            .find(|o| o.controller == Some(true))
+            .map(|o| format!("{} {}", o.kind, o.name))
+            .unwrap_or_else(|| "no controller".into())
+    };
+    plan.outcome = Outcome::Conflict;
+    plan.tallies.push(Tally::Conflict);
+    plan.events.push((
+        Reason::PodGroupConflict,
+        format!(
+            "{backend_kind} PodGroup {name} already exists and is controlled by {owner}; podgroup-sync leaves it untouched"
+        ),
+    ));
+    plan
+}
+
+/// Mirrors why the scheduler holds a gang back as Events, and asks to look again while it waits
+/// (SPEC §5).
+fn status(input: &Input, mut plan: Plan, backend_kind: BackendKind, pg: &DynamicObject) -> Plan {
+    let backend = backend_kind.backend();
+    let status = pg.data.get("status");
+    let phase = backend.phase(status);
+    let age = pg
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| Duration::try_from(input.now.duration_since(t.0)).unwrap_or_default())
+        .unwrap_or_default();
+    plan.phase = Some(SeenPhase {
+        backend: backend_kind,
+        uid: pg.uid().unwrap_or_default(),
+        phase,
+        age,
+    });
+    if phase == Phase::Running {
+        return plan;
+    }
+    if let Some((reason, message)) = backend.unschedulable(status) {
+        plan.events.push((
+            Reason::GangUnschedulable,
+            format!("PodGroup {}: {reason}: {message}", pg.name_any()),
+        ));
+        return plan;
+    }
+    if matches!(phase, Phase::Pending | Phase::Scheduling) {
+        let limit = input.settings.gang_wait_warning;
+        if age >= limit {
+            plan.events.push((
+                Reason::GangWaiting,
+                format!(
+                    "PodGroup {} has been {} for more than {}s: the gang is waiting for its pods or for capacity",
+                    pg.name_any(),
+                    phase.as_str(),
+                    limit.as_secs()
+                ),
+            ));
+        } else if plan.outcome == Outcome::Done {
+            plan.outcome = Outcome::RequeueAfter(limit - age + Duration::from_secs(1));
+        }
+    }
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    //! One test per row of SPEC §4 and per enablement rule of SPEC §2, on the planner alone.
+
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::backend::BackendOptions;
+    use crate::enablement::Enablement;
+
+    const UID: &str = "job-uid-1";
+
+    /// PodGroups as the caches would hold them.
+    #[derive(Default)]
+    struct Cached {
+        served: BTreeSet<BackendKind>,
+        pgs: BTreeMap<(BackendKind, String, String), Arc<DynamicObject>>,
+    }
+
+    impl Cached {
+        fn serving_both() -> Self {
+            Cached {
+                served: [BackendKind::SchedulerPlugins, BackendKind::Volcano].into(),
+                ..Cached::default()
+            }
+        }
+
+        fn with(mut self, backend: BackendKind, pg: Value) -> Self {
+            let pg: DynamicObject = serde_json::from_value(pg).unwrap();
+            let key = (backend, pg.namespace().unwrap(), pg.name_any());
+            self.pgs.insert(key, Arc::new(pg));
+            self
+        }
+    }
+
+    impl PodGroups for Cached {
+        fn served(&self, backend: BackendKind) -> bool {
+            self.served.contains(&backend)
+        }
+        fn get(&self, b: BackendKind, ns: &str, name: &str) -> Option<Arc<DynamicObject>> {
+            self.pgs.get(&(b, ns.into(), name.into())).cloned()
+        }
+        fn controlled_by(&self, uid: &str) -> Vec<(BackendKind, Arc<DynamicObject>)> {
+            self.pgs
+                .iter()
+                .filter(|(_, pg)| {
+                    pg.owner_references()
+                        .iter()
+                        .any(|r| r.controller == Some(true) && r.uid == uid)
+                })
+                .map(|((b, _, _), pg)| (*b, pg.clone()))
+                .collect()
+        }
+    }
+
+    fn settings() -> Settings {
+        Settings {
+            enablement: Enablement {
+                annotation_key: "podgroup-sync.io/enabled".into(),
+                default_mode: Mode::Off,
+                default_backend: BackendKind::SchedulerPlugins,
+            },
+            backend_options: BackendOptions::default(),
+            resize: ResizePolicy::Always,
+            keep_finished: false,
+            gang_wait_warning: Duration::from_secs(300),
+        }
+    }
+
+    fn worker(replicas: u64) -> Value {
+        json!({"replicas": replicas, "template": {
+            "metadata": {"labels": {"scheduling.x-k8s.io/pod-group": "train"}},
+            "spec": {"containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "1"}}}]}}})
+    }
+
+    /// A PyTorchJob `train` in namespace `ml` with `workers` workers.
+    fn job(workers: u64) -> Value {
+        json!({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": "train", "namespace": "ml", "uid": UID, "generation": 1,
+                "creationTimestamp": "2026-12-01T00:00:00Z"},
+            "spec": {"pytorchReplicaSpecs": {"Worker": worker(workers)}}})
+    }
+
+    fn annotations(mode: &str) -> BTreeMap<String, String> {
+        [("podgroup-sync.io/enabled".to_string(), mode.to_string())].into()
+    }
+
+    /// Plans `job` in a namespace with these annotations, against these PodGroups.
+    fn plan_with(
+        job: &Value,
+        ns: Option<&BTreeMap<String, String>>,
+        pgs: &Cached,
+        s: &Settings,
+    ) -> Plan {
+        plan_full(job, ns, pgs, s, None, true)
+    }
+
+    fn plan_full(
+        job: &Value,
+        ns: Option<&BTreeMap<String, String>>,
+        pgs: &Cached,
+        s: &Settings,
+        refused: Option<&(Value, String)>,
+        leading: bool,
+    ) -> Plan {
+        let obj: DynamicObject = serde_json::from_value(job.clone()).unwrap();
+        let kind = JobKind::lookup(
+            job["apiVersion"].as_str().unwrap(),
+            job["kind"].as_str().unwrap(),
+        )
+        .unwrap();
+        plan(&Input {
+            kind,
+            job: &obj,
+            leading,
+            namespace_annotations: ns,
+            priorities: &Priorities::default(),
+            defaults: &Ok(AdmissionDefaults::default()),
+            pod_groups: pgs,
+            refused,
+            settings: s,
+            now: "2026-12-01T00:10:00Z".parse().unwrap(),
+        })
+    }
+
+    fn managed(job: &Value, pgs: &Cached) -> Plan {
+        plan_with(job, Some(&annotations("true")), pgs, &settings())
+    }
+
+    /// The PodGroup the API server would hold after `write` was applied.
+    fn stored(write: &Write, status: Value) -> Value {
+        let mut pg = write.body.clone();
+        let meta = pg["metadata"].as_object_mut().unwrap();
+        meta.remove("resourceVersion");
+        meta.insert("uid".into(), json!("pg-uid-1"));
+        meta.insert("creationTimestamp".into(), json!("2026-12-01T00:09:00Z"));
+        pg["status"] = status;
+        pg
+    }
+
+    fn created(job: &Value) -> (Write, Cached) {
+        let write = managed(job, &Cached::serving_both()).write.unwrap();
+        let pgs =
+            Cached::serving_both().with(write.backend, stored(&write, json!({"phase": "Running"})));
+        (write, pgs)
+    }
+
+    fn reasons(p: &Plan) -> Vec<Reason> {
+        p.events.iter().map(|(r, _)| *r).collect()
+    }
+
+    fn set(v: &mut Value, pointer: &str, value: Value) {
+        *v.pointer_mut(pointer).unwrap() = value;
+    }
+
+    #[test]
+    fn row_job_created_in_an_enabled_namespace_creates_the_pod_group() {
+        let p = managed(&job(3), &Cached::serving_both());
+        let w = p.write.expect("a write");
+        assert_eq!(
+            (w.op, w.backend, w.name.as_str()),
+            (Op::Create, BackendKind::SchedulerPlugins, "train")
+        );
+        assert_eq!(w.body["spec"]["minMember"], 3);
+        assert_eq!(w.body["spec"]["minResources"]["cpu"], "3");
+        assert_eq!(
+            w.body["metadata"]["resourceVersion"], CREATE_ONLY,
+            "create-only apply"
+        );
+        assert_eq!(w.body["metadata"]["ownerReferences"][0]["uid"], UID);
+        assert!(p.deletes.is_empty() && p.events.is_empty());
+        assert_eq!(p.outcome, Outcome::Done);
+    }
+
+    #[test]
+    fn row_job_spec_change_updates_the_difference_only() {
+        let (_, pgs) = created(&job(3));
+        let p = managed(&job(5), &pgs);
+        let w = p.write.expect("an update");
+        assert_eq!(w.op, Op::Update);
+        assert_eq!(w.body["spec"]["minMember"], 5);
+        assert!(
+            w.body["metadata"].get("resourceVersion").is_none(),
+            "an update is no create-only apply"
+        );
+    }
+
+    #[test]
+    fn row_resize_while_suspended_and_never_keep_the_size_of_an_existing_pod_group() {
+        let (_, pgs) = created(&job(3));
+        for resize in [ResizePolicy::WhileSuspended, ResizePolicy::Never] {
+            let s = Settings {
+                resize,
+                ..settings()
+            };
+            let p = plan_with(&job(5), Some(&annotations("true")), &pgs, &s);
+            assert_eq!(p.write, None, "{resize:?}: the size stays 3");
+        }
+        // A new PodGroup (after a suspend) gets the new size.
+        let s = Settings {
+            resize: ResizePolicy::WhileSuspended,
+            ..settings()
+        };
+        let p = plan_with(
+            &job(5),
+            Some(&annotations("true")),
+            &Cached::serving_both(),
+            &s,
+        );
+        assert_eq!(p.write.unwrap().body["spec"]["minMember"], 5);
+    }
+
+    #[test]
+    fn row_nothing_changed_writes_nothing() {
+        let (_, pgs) = created(&job(3));
+        let p = managed(&job(3), &pgs);
+        assert_eq!((p.write, p.deletes.len(), p.events.len()), (None, 0, 0));
+        assert_eq!(p.outcome, Outcome::Done);
+    }
+
+    #[test]
+    fn row_job_finished_deletes_the_pod_group_unless_finished_ones_are_kept() {
+        let (_, pgs) = created(&job(3));
+        for condition in ["Succeeded", "Failed"] {
+            let mut j = job(3);
+            j["status"] = json!({"conditions": [{"type": condition, "status": "True"}]});
+            let p = managed(&j, &pgs);
+            assert_eq!(
+                p.deletes,
+                vec![Delete {
+                    backend: BackendKind::SchedulerPlugins,
+                    name: "train".into(),
+                    uid: Some("pg-uid-1".into())
+                }],
+                "{condition}"
+            );
+            assert_eq!(p.write, None);
+            let keep = Settings {
+                keep_finished: true,
+                ..settings()
+            };
+            let p = plan_with(&j, Some(&annotations("true")), &pgs, &keep);
+            assert!(p.deletes.is_empty(), "--keep-finished");
+        }
+    }
+
+    #[test]
+    fn row_job_suspended_deletes_and_resume_recreates() {
+        let (_, pgs) = created(&job(3));
+        let mut j = job(3);
+        j["spec"]["runPolicy"] = json!({"suspend": true});
+        let p = managed(&j, &pgs);
+        assert_eq!(p.deletes.len(), 1);
+        assert_eq!(p.write, None);
+        set(&mut j, "/spec/runPolicy/suspend", json!(false));
+        let p = managed(&j, &Cached::serving_both());
+        assert_eq!(p.write.unwrap().op, Op::Create);
+    }
+
+    #[test]
+    fn row_job_deleted_leaves_the_pod_group_to_the_garbage_collector() {
+        let (_, pgs) = created(&job(3));
+        let mut j = job(3);
+        j["metadata"]["deletionTimestamp"] = json!("2026-12-01T00:05:00Z");
+        let p = managed(&j, &pgs);
+        assert_eq!(
+            (p.write, p.deletes.len(), p.outcome),
+            (None, 0, Outcome::Done)
+        );
+    }
+
+    #[test]
+    fn row_pod_group_deleted_by_someone_while_the_job_is_active_is_recreated() {
+        let (_, pgs) = created(&job(3));
+        assert_eq!(managed(&job(3), &pgs).write, None);
+        // The watch of owned PodGroups takes it out of the cache: the next reconcile recreates.
+        let p = managed(&job(3), &Cached::serving_both());
+        assert_eq!(p.write.unwrap().op, Op::Create);
+    }
+
+    #[test]
+    fn row_job_recreated_with_the_same_name_never_touches_the_other_jobs_pod_group() {
+        let (_, pgs) = created(&job(3));
+        let mut j = job(3);
+        j["metadata"]["uid"] = json!("job-uid-2");
+        let p = managed(&j, &pgs);
+        assert_eq!(p.write, None);
+        assert!(p.deletes.is_empty());
+        assert_eq!(p.outcome, Outcome::Conflict);
+        assert_eq!(p.tallies, vec![Tally::Conflict]);
+        // The old job's PodGroups are deleted with its PodGroup's UID as the precondition.
+        let mut old = job(3);
+        old["spec"]["runPolicy"] = json!({"suspend": true});
+        let d = managed(&old, &pgs).deletes;
+        assert_eq!(d[0].uid.as_deref(), Some("pg-uid-1"));
+    }
+
+    #[test]
+    fn row_namespace_turned_off_deletes_what_podgroup_sync_made_there() {
+        let (_, pgs) = created(&job(3));
+        for off in [Some(annotations("false")), Some(annotations("yes")), None] {
+            let p = plan_with(&job(3), off.as_ref(), &pgs, &settings());
+            assert_eq!(p.deletes.len(), 1, "{off:?}");
+            assert_eq!(p.write, None);
+        }
+    }
+
+    #[test]
+    fn row_namespace_in_dry_run_reports_and_never_writes() {
+        let dry = annotations("dry-run");
+        let p = plan_with(&job(3), Some(&dry), &Cached::serving_both(), &settings());
+        assert_eq!(p.write, None);
+        assert_eq!(reasons(&p), vec![Reason::WouldCreatePodGroup]);
+        assert!(
+            p.events[0].1.contains("\"minMember\":3"),
+            "{}",
+            p.events[0].1
+        );
+        let (_, pgs) = created(&job(3));
+        let p = plan_with(&job(4), Some(&dry), &pgs, &settings());
+        assert_eq!(
+            (p.write.clone(), reasons(&p)),
+            (None, vec![Reason::WouldUpdatePodGroup])
+        );
+        // Finishing in dry-run deletes nothing.
+        let mut j = job(3);
+        j["status"] = json!({"conditions": [{"type": "Succeeded", "status": "True"}]});
+        assert!(
+            plan_with(&j, Some(&dry), &pgs, &settings())
+                .deletes
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn rule_2_default_mode_enables_namespaces_without_the_annotation() {
+        let s = Settings {
+            enablement: Enablement {
+                default_mode: Mode::Manage,
+                ..settings().enablement
+            },
+            ..settings()
+        };
+        assert!(
+            plan_with(&job(2), None, &Cached::serving_both(), &s)
+                .write
+                .is_some()
+        );
+        // The annotation still decides where it is set.
+        assert!(
+            plan_with(
+                &job(2),
+                Some(&annotations("off")),
+                &Cached::serving_both(),
+                &s
+            )
+            .write
+            .is_none()
+        );
+    }
+
+    #[test]
+    fn rule_2_the_annotation_key_is_configurable() {
+        let s = Settings {
+            enablement: Enablement {
+                annotation_key: "example.com/gang".into(),
+                ..settings().enablement
+            },
+            ..settings()
+        };
+        let ns: BTreeMap<String, String> =
+            [("example.com/gang".to_string(), "true".to_string())].into();
+        assert!(
+            plan_with(&job(2), Some(&ns), &Cached::serving_both(), &s)
+                .write
+                .is_some()
+        );
+        assert!(
+            plan_with(
+                &job(2),
+                Some(&annotations("true")),
+                &Cached::serving_both(),
+                &s
+            )
+            .write
+            .is_none()
+        );
+    }
+
+    #[test]
+    fn rule_2_a_job_opts_out_with_false() {
+        let (_, pgs) = created(&job(3));
+        let mut j = job(3);
+        j["metadata"]["annotations"] = json!({"podgroup-sync.io/enabled": "false"});
+        let p = managed(&j, &pgs);
+        assert_eq!((p.write, p.deletes.len()), (None, 1));
+    }
+
+    #[test]
+    fn rule_2_a_job_managed_by_another_controller_is_skipped() {
+        let mut j = job(3);
+        j["spec"]["runPolicy"] = json!({"managedBy": "kueue.x-k8s.io/multikueue"});
+        let p = managed(&j, &Cached::serving_both());
+        assert_eq!((p.write, p.events.len()), (None, 0));
+        j["spec"]["runPolicy"]["managedBy"] = json!("kubeflow.org/training-operator");
+        assert!(managed(&j, &Cached::serving_both()).write.is_some());
+    }
+
+    #[test]
+    fn rule_2_backend_job_annotation_beats_namespace_annotation_beats_templates_beats_default() {
+        let backend = |job_ann: Option<&str>, ns_ann: Option<&str>, volcano_template: bool| {
+            let mut j = job(2);
+            if let Some(b) = job_ann {
+                j["metadata"]["annotations"] = json!({"podgroup-sync.io/backend": b});
+            }
+            if volcano_template {
+                let t = &mut j["spec"]["pytorchReplicaSpecs"]["Worker"]["template"];
+                t["metadata"] = json!({"annotations": {"scheduling.k8s.io/group-name": "train"}});
+                t["spec"]["schedulerName"] = json!("volcano");
+            }
+            let mut ns = annotations("true");
+            if let Some(b) = ns_ann {
+                ns.insert("podgroup-sync.io/backend".into(), b.into());
+            }
+            plan_with(&j, Some(&ns), &Cached::serving_both(), &settings())
+                .write
+                .unwrap()
+                .backend
+        };
+        use BackendKind::{SchedulerPlugins as Sp, Volcano as Vc};
+        assert_eq!(backend(None, None, false), Sp, "the default");
+        assert_eq!(backend(None, None, true), Vc, "inferred from the templates");
+        assert_eq!(
+            backend(None, Some("scheduler-plugins"), true),
+            Sp,
+            "namespace beats templates"
+        );
+        assert_eq!(
+            backend(Some("volcano"), Some("scheduler-plugins"), false),
+            Vc,
+            "job beats namespace"
+        );
+    }
+
+    #[test]
+    fn rule_2_an_unknown_backend_is_reported_not_written() {
+        let mut j = job(2);
+        j["metadata"]["annotations"] = json!({"podgroup-sync.io/backend": "kai"});
+        let p = managed(&j, &Cached::serving_both());
+        assert_eq!((&p.write, p.outcome), (&None, Outcome::Invalid));
+        assert_eq!(reasons(&p), vec![Reason::InvalidBackend]);
+        assert_eq!(p.tallies, vec![Tally::Invalid("InvalidBackend")]);
+    }
+
+    #[test]
+    fn rule_2_a_backend_whose_crd_is_not_served_is_reported_and_looked_at_again() {
+        let p = managed(&job(2), &Cached::default());
+        assert_eq!(p.write, None);
+        assert_eq!(reasons(&p), vec![Reason::BackendUnavailable]);
+        assert_eq!(
+            p.tallies,
+            vec![Tally::BackendUnavailable(BackendKind::SchedulerPlugins)]
+        );
+        assert!(matches!(p.outcome, Outcome::RequeueAfter(_)));
+    }
+
+    #[test]
+    fn rule_3_a_pod_group_of_that_name_not_made_for_this_job_is_a_conflict() {
+        let theirs = json!({"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+            "metadata": {"name": "train", "namespace": "ml", "uid": "x",
+                "ownerReferences": [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "train", "uid": UID, "controller": true}]},
+            "spec": {"minMember": 1}});
+        let pgs = Cached::serving_both().with(BackendKind::SchedulerPlugins, theirs);
+        let p = managed(&job(3), &pgs);
+        assert_eq!((p.write, p.outcome), (None, Outcome::Conflict));
+        assert!(
+            p.events[0].1.contains("not made by podgroup-sync"),
+            "{}",
+            p.events[0].1
+        );
+        assert!(p.deletes.is_empty(), "never deleted: it is not ours");
+    }
+
+    #[test]
+    fn rule_3_a_template_without_the_pod_link_is_reported_and_the_pod_group_still_made() {
+        let mut j = job(2);
+        j["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"] = json!({});
+        let p = managed(&j, &Cached::serving_both());
+        assert!(p.write.is_some());
+        assert_eq!(reasons(&p), vec![Reason::MissingPodGroupLink]);
+    }
+
+    #[test]
+    fn rule_3_a_pod_group_under_another_name_or_backend_is_stale_and_deleted() {
+        let (w, _) = created(&job(3));
+        let mut old = stored(&w, json!({}));
+        old["metadata"]["name"] = json!("old-name");
+        let pgs = Cached::serving_both().with(BackendKind::SchedulerPlugins, old);
+        let p = managed(&job(3), &pgs);
+        assert_eq!(
+            p.deletes
+                .iter()
+                .map(|d| d.name.as_str())
+                .collect::<Vec<_>>(),
+            vec!["old-name"]
+        );
+        assert_eq!(p.write.unwrap().op, Op::Create);
+    }
+
+    #[test]
+    fn rule_3_an_invalid_job_gets_an_invalid_spec_event_and_no_write() {
+        let mut j = job(0);
+        j["apiVersion"] = json!("kubeflow.org/v1");
+        let p = managed(&j, &Cached::serving_both());
+        assert_eq!((&p.write, p.outcome), (&None, Outcome::Invalid));
+        assert_eq!(reasons(&p), vec![Reason::InvalidSpec]);
+        assert_eq!(p.tallies, vec![Tally::Invalid("ZeroReplicas")]);
+        assert!(!p.valid);
+        let tf = json!({"apiVersion": "kubeflow.org/v1", "kind": "TFJob",
+            "metadata": {"name": "t", "namespace": "ml", "uid": "u"}, "spec": {}});
+        assert_eq!(
+            managed(&tf, &Cached::serving_both()).tallies,
+            vec![Tally::Invalid("NoReplicaSpecs")]
+        );
+    }
+
+    #[test]
+    fn rule_3_an_object_the_api_server_refused_is_not_sent_again_until_it_changes() {
+        let body = managed(&job(3), &Cached::serving_both())
+            .write
+            .unwrap()
+            .body;
+        let refused = (body, "spec.minMember: Invalid value".to_string());
+        let p = plan_full(
+            &job(3),
+            Some(&annotations("true")),
+            &Cached::serving_both(),
+            &settings(),
+            Some(&refused),
+            true,
+        );
+        assert_eq!((&p.write, p.outcome), (&None, Outcome::Invalid));
+        assert!(p.events[0].1.contains("spec.minMember: Invalid value"));
+        // A job change that alters the object is sent.
+        let p = plan_full(
+            &job(4),
+            Some(&annotations("true")),
+            &Cached::serving_both(),
+            &settings(),
+            Some(&refused),
+            true,
+        );
+        assert!(p.write.is_some());
+        assert!(
+            !p.valid,
+            "the old refusal stays reported until a write succeeds"
+        );
+    }
+
+    #[test]
+    fn rule_6_a_standby_replica_plans_nothing() {
+        let p = plan_full(
+            &job(3),
+            Some(&annotations("true")),
+            &Cached::serving_both(),
+            &settings(),
+            None,
+            false,
+        );
+        assert_eq!(p, Plan::new(Outcome::Standby));
+    }
+
+    #[test]
+    fn rule_5_a_gang_waiting_past_the_limit_is_reported_and_one_before_it_looked_at_again() {
+        let (w, _) = created(&job(3));
+        let pending = |created: &str| {
+            let mut pg = stored(&w, json!({"phase": "Pending"}));
+            pg["metadata"]["creationTimestamp"] = json!(created);
+            Cached::serving_both().with(BackendKind::SchedulerPlugins, pg)
+        };
+        let p = managed(&job(3), &pending("2026-12-01T00:09:00Z"));
+        assert_eq!(p.outcome, Outcome::RequeueAfter(Duration::from_secs(241)));
+        assert_eq!(p.phase.as_ref().map(|s| s.phase), Some(Phase::Pending));
+        let p = managed(&job(3), &pending("2026-12-01T00:00:00Z"));
+        assert_eq!(reasons(&p), vec![Reason::GangWaiting]);
+        assert_eq!(p.outcome, Outcome::Done);
+    }
+
+    #[test]
+    fn rule_5_volcano_unschedulable_conditions_are_mirrored() {
+        let mut j = job(2);
+        j["metadata"]["annotations"] = json!({"podgroup-sync.io/backend": "volcano"});
+        let w = managed(&j, &Cached::serving_both()).write.unwrap();
+        let pg = stored(
+            &w,
+            json!({"phase": "Pending", "conditions": [
+            {"type": "Unschedulable", "status": "True", "reason": "NotEnoughResources", "message": "2/2 tasks in gang unschedulable"}]}),
+        );
+        let p = managed(&j, &Cached::serving_both().with(BackendKind::Volcano, pg));
+        assert!(
+            reasons(&p).contains(&Reason::GangUnschedulable),
+            "{:?}",
+            p.events
+        );
+    }
+}
