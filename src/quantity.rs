@@ -103,6 +103,31 @@ impl Quantity {
         Ok(parsed)
     }
 
+    /// [`Quantity::parse_non_negative`], rounded up to milli-units as the API server stores a
+    /// pod's quantities (core/v1 defaulting rounds every resource list up to milli scale), so
+    /// what is summed is what the scheduler will see: three containers of `0.1m` CPU are 3m.
+    pub fn parse_admitted(q: &K8sQuantity) -> Result<Self, QuantityError> {
+        Self::parse_non_negative(q)?.round_up_to_milli()
+    }
+
+    /// The smallest multiple of 1m at or above the value (away from zero); the format is kept.
+    pub fn round_up_to_milli(self) -> Result<Self, QuantityError> {
+        const MILLI: i128 = 1_000_000;
+        let rest = self.nanos.abs() % MILLI;
+        if rest == 0 {
+            return Ok(self);
+        }
+        let away = (MILLI - rest) * self.nanos.signum();
+        let nanos = self
+            .nanos
+            .checked_add(away)
+            .ok_or(QuantityError::Overflow)?;
+        Ok(Self {
+            nanos,
+            format: self.format,
+        })
+    }
+
     /// The exact sum. The format of `self` wins unless `self` is zero, as in `Quantity.Add`.
     pub fn checked_add(self, other: Self) -> Result<Self, QuantityError> {
         let nanos = self
@@ -484,6 +509,20 @@ mod tests {
         // A BinarySI value below one becomes DecimalSI, as in ParseQuantity.
         assert_eq!(q("0.000000000001Ki").format(), Format::DecimalSI);
         assert_eq!(q("0.5Ki").format(), Format::BinarySI);
+    }
+
+    #[test]
+    fn round_up_to_milli_goes_away_from_zero_and_keeps_the_format() {
+        let r = |s: &str| {
+            let q: Quantity = s.parse().unwrap();
+            q.round_up_to_milli().unwrap().to_k8s().0
+        };
+        assert_eq!(r("1n"), "1m");
+        assert_eq!(r("0.0001"), "1m");
+        assert_eq!(r("1500m"), "1500m");
+        assert_eq!(r("1Gi"), "1Gi");
+        assert_eq!(r("-1n"), "-1m");
+        assert_eq!(r("0"), "0");
     }
 
     #[test]

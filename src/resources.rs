@@ -138,12 +138,11 @@ fn parse_field_map(
 ) -> Result<ResourceMap, ResourceError> {
     map.iter()
         .map(|(resource, q)| {
-            let parsed =
-                Quantity::parse_non_negative(q).map_err(|source| ResourceError::Field {
-                    field: field.to_owned(),
-                    resource: resource.clone(),
-                    source,
-                })?;
+            let parsed = Quantity::parse_admitted(q).map_err(|source| ResourceError::Field {
+                field: field.to_owned(),
+                resource: resource.clone(),
+                source,
+            })?;
             Ok((resource.clone(), parsed))
         })
         .collect()
@@ -174,7 +173,7 @@ pub fn container_request(
     let mut out = ResourceMap::new();
     for name in names {
         let parse = |q: &K8sQuantity| {
-            Quantity::parse_non_negative(q).map_err(|source| ResourceError::Quantity {
+            Quantity::parse_admitted(q).map_err(|source| ResourceError::Quantity {
                 container: c.name.clone(),
                 resource: name.clone(),
                 source,
@@ -295,7 +294,7 @@ fn apply_pod_level_resources(spec: &PodSpec, pod: &mut ResourceMap) -> Result<()
 }
 
 fn parse_pod_level(field: &str, name: &str, q: &K8sQuantity) -> Result<Quantity, ResourceError> {
-    Quantity::parse_non_negative(q).map_err(|source| ResourceError::Field {
+    Quantity::parse_admitted(q).map_err(|source| ResourceError::Field {
         field: field.to_owned(),
         resource: name.to_owned(),
         source,
@@ -696,10 +695,12 @@ mod tests {
     #[test]
     fn overflow_is_an_error() {
         let huge = "170141183460469231731687303715884105727n";
+        // Already whole milli-units, so the rounding does not overflow before the sum does.
+        let huge_milli = "170141183460469231731687303715884m";
         let spec = pod(
             vec![
-                container("a", &[("cpu", huge)], &[]),
-                container("b", &[("cpu", huge)], &[]),
+                container("a", &[("cpu", huge_milli)], &[]),
+                container("b", &[("cpu", huge_milli)], &[]),
             ],
             vec![],
         );
@@ -719,7 +720,7 @@ mod tests {
     }
 
     #[test]
-    fn pod_level_requests_replace_the_container_sum() {
+    fn rule_3_2_1_pod_level_requests_stand_for_the_resources_they_name() {
         let mut spec = pod(
             vec![container(
                 "main",
@@ -741,7 +742,7 @@ mod tests {
     }
 
     #[test]
-    fn pod_level_limit_is_the_request_when_no_container_sets_the_resource() {
+    fn rule_3_2_1_pod_level_limit_is_the_request_when_no_container_sets_the_resource() {
         let mut spec = pod(vec![container("main", &[("cpu", "1")], &[])], vec![]);
         spec.resources = Some(ResourceRequirements {
             limits: Some(k8s_map(&[("cpu", "4"), ("memory", "8Gi")])),
@@ -750,6 +751,50 @@ mod tests {
         assert_eq!(
             request(&spec, &AdmissionDefaults::default()),
             strings(&[("cpu", "1"), ("memory", "8Gi")])
+        );
+    }
+
+    #[test]
+    fn rule_3_2_1_quantities_round_up_to_milli_per_container_before_summing() {
+        // The API server stores 0.1m as 1m on each container: three are 3m, not 0.3m → 1m.
+        let spec = pod(
+            vec![
+                container("a", &[("cpu", "100u")], &[]),
+                container("b", &[("cpu", "0.0001")], &[]),
+                container("c", &[("cpu", "1n"), ("memory", "1.0001")], &[]),
+            ],
+            vec![],
+        );
+        assert_eq!(
+            request(&spec, &AdmissionDefaults::default()),
+            strings(&[("cpu", "3m"), ("memory", "1001m")])
+        );
+    }
+
+    #[test]
+    fn rule_3_2_1_overhead_rounds_up_to_milli_before_it_is_added() {
+        let mut spec = pod(vec![container("main", &[("cpu", "1")], &[])], vec![]);
+        spec.overhead = Some(k8s_map(&[("cpu", "250500u")]));
+        assert_eq!(
+            request(&spec, &AdmissionDefaults::default()),
+            strings(&[("cpu", "1251m")])
+        );
+    }
+
+    #[test]
+    fn rule_3_2_1_an_explicit_zero_request_wins_over_a_limit() {
+        let spec = pod(
+            vec![container(
+                "main",
+                &[("cpu", "0"), ("nvidia.com/gpu", "0")],
+                &[("cpu", "4"), ("nvidia.com/gpu", "2"), ("memory", "1Gi")],
+            )],
+            vec![],
+        );
+        // cpu and gpu requests are explicitly zero; memory falls back to its limit.
+        assert_eq!(
+            request(&spec, &AdmissionDefaults::default()),
+            strings(&[("memory", "1Gi")])
         );
     }
 

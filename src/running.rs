@@ -1,0 +1,351 @@
+//! The watches and job controllers that discovery starts and stops: one PodGroup cache per served
+//! backend, one kube-runtime `Controller` per served job kind.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{StreamExt, future};
+use kube::api::DynamicObject;
+use kube::discovery::ApiResource;
+use kube::runtime::controller::{self as runtime_controller, Controller};
+use kube::runtime::reflector;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use tokio::sync::{broadcast, watch};
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use crate::backend::{BACKENDS, BackendKind};
+use crate::caches::Caches;
+use crate::discovery::{Changes, Served, changes};
+use crate::job::{JobKind, KINDS};
+use crate::liveness::Liveness;
+use crate::metrics::Metrics;
+use crate::reconcile::{self, Context};
+use crate::trigger::{Trigger, job_refs};
+use crate::watch::{LAST_APPLIED, WatchBackoff, settled_objects, spawn_pod_group_cache};
+
+/// How long a SIGTERM waits for in-flight reconciles.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+
+/// The running watches and controllers.
+pub struct Running {
+    pub client: Client,
+    pub ctx: Arc<Context>,
+    pub caches: Caches,
+    pub triggers: broadcast::Sender<Trigger>,
+    pub metrics: Arc<Metrics>,
+    pub liveness: Liveness,
+    pub concurrency: u16,
+    pub shutdown: watch::Receiver<bool>,
+    backends: BTreeMap<BackendKind, JoinHandle<()>>,
+    kinds: BTreeMap<(&'static str, &'static str), JoinHandle<()>>,
+    /// Whether a discovery was applied before (what is absent is logged once, at the first).
+    applied_once: bool,
+}
+
+impl Running {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        client: Client,
+        ctx: Arc<Context>,
+        caches: Caches,
+        triggers: broadcast::Sender<Trigger>,
+        metrics: Arc<Metrics>,
+        liveness: Liveness,
+        concurrency: u16,
+        shutdown: watch::Receiver<bool>,
+    ) -> Self {
+        Running {
+            client,
+            ctx,
+            caches,
+            triggers,
+            metrics,
+            liveness,
+            concurrency,
+            shutdown,
+            backends: BTreeMap::new(),
+            kinds: BTreeMap::new(),
+            applied_once: false,
+        }
+    }
+
+    /// What runs now, in the terms of a discovery.
+    fn running(&self) -> Served {
+        Served {
+            kinds: self.kinds.keys().copied().collect(),
+            backends: self.backends.keys().copied().collect(),
+        }
+    }
+
+    /// Makes what runs match what is served. Backends first: a job controller needs the
+    /// PodGroup cache of its backend. Returns false when a shutdown interrupted it.
+    pub async fn apply(&mut self, served: &Served) -> bool {
+        self.set_gauges(served);
+        if !self.applied_once {
+            self.applied_once = true;
+            log_absent(served);
+        }
+        let Changes {
+            start_backends,
+            stop_backends,
+            start_kinds,
+            stop_kinds,
+        } = changes(&self.running(), served);
+        for b in stop_backends {
+            self.stop_backend(b);
+        }
+        for b in start_backends {
+            if !self.start_backend(b).await {
+                return false;
+            }
+        }
+        for kind in stop_kinds {
+            self.stop_kind(kind);
+        }
+        for kind in start_kinds {
+            self.start_kind(kind);
+        }
+        true
+    }
+
+    fn set_gauges(&self, served: &Served) {
+        for b in BACKENDS {
+            let is = served.backends.contains(&b);
+            self.metrics
+                .backend_served
+                .with_label_values(&[b.as_str()])
+                .set(is as i64);
+        }
+        for kind in KINDS {
+            let is = served.has_kind(kind);
+            for (label, v) in [("true", is), ("false", !is)] {
+                self.metrics
+                    .watched_kinds
+                    .with_label_values(&[kind.kind, kind.version, label])
+                    .set(v as i64);
+            }
+        }
+    }
+
+    /// Starts a backend's PodGroup cache and waits for it to sync; one that cannot is tried
+    /// again at the next discovery. False when a shutdown interrupted the wait.
+    async fn start_backend(&mut self, b: BackendKind) -> bool {
+        let resource = backend_resource(b);
+        let (store, h) = spawn_pod_group_cache(
+            self.client.clone(),
+            b,
+            self.triggers.clone(),
+            self.liveness.probe(&resource),
+            self.metrics.clone(),
+            self.caches.owned.clone(),
+        );
+        let synced = tokio::select! {
+            r = store.wait_until_ready() => r.is_ok(),
+            _ = self.shutdown.wait_for(|stop| *stop) => false,
+        };
+        if !synced {
+            self.liveness.retire(&resource);
+            h.abort();
+            if *self.shutdown.borrow() {
+                return false;
+            }
+            warn!(backend = %b, "PodGroup cache could not sync; trying again at the next discovery");
+            return true;
+        }
+        self.caches
+            .pod_groups
+            .write()
+            .expect("lock")
+            .insert(b, store);
+        self.backends.insert(b, h);
+        info!(backend = %b, "PodGroup CRD served; watching PodGroups");
+        let _ = self.triggers.send(Trigger::All);
+        true
+    }
+
+    fn stop_backend(&mut self, b: BackendKind) {
+        self.caches.pod_groups.write().expect("lock").remove(&b);
+        self.liveness.retire(&backend_resource(b));
+        if let Some(h) = self.backends.remove(&b) {
+            h.abort();
+        }
+        warn!(backend = %b, "PodGroup CRD no longer served");
+    }
+
+    fn start_kind(&mut self, kind: &'static JobKind) {
+        let h = spawn_kind_controller(
+            self.client.clone(),
+            kind,
+            self.ctx.clone(),
+            self.triggers.subscribe(),
+            self.concurrency,
+            self.shutdown.clone(),
+            &self.liveness,
+        );
+        self.kinds.insert((kind.kind, kind.version), h);
+        info!(kind = kind.kind, version = kind.version, "watching jobs");
+    }
+
+    fn stop_kind(&mut self, kind: &'static JobKind) {
+        self.liveness.retire(&kind_resource(kind));
+        if let Some(h) = self.kinds.remove(&(kind.kind, kind.version)) {
+            h.abort();
+        }
+        warn!(
+            kind = kind.kind,
+            version = kind.version,
+            "CRD no longer served; stopped watching"
+        );
+    }
+
+    /// Lets in-flight reconciles finish (up to the grace period), then stops every task.
+    pub async fn stop(self, others: Vec<JoinHandle<()>>) {
+        // The controllers saw the shutdown signal and stop after their in-flight reconciles.
+        for ((kind, _), mut h) in self.kinds {
+            if tokio::time::timeout(SHUTDOWN_GRACE, &mut h).await.is_err() {
+                warn!(
+                    kind,
+                    "reconciles still running after {}s; stopping them",
+                    SHUTDOWN_GRACE.as_secs()
+                );
+                h.abort();
+            }
+        }
+        for h in self.backends.into_values().chain(others) {
+            h.abort();
+        }
+    }
+}
+
+/// One line for each kind and backend the first discovery did not find.
+fn log_absent(served: &Served) {
+    for b in BACKENDS
+        .into_iter()
+        .filter(|b| !served.backends.contains(b))
+    {
+        warn!(backend = %b, crd = %b.backend().api_resource().api_version, "PodGroup CRD not served; jobs that want this backend get a BackendUnavailable event until it is");
+    }
+    for kind in KINDS.iter().filter(|k| !served.has_kind(k)) {
+        // Only one MPIJob version is served: the other is not news.
+        if served.kinds.iter().any(|(k, _)| *k == kind.kind) {
+            continue;
+        }
+        info!(
+            kind = kind.kind,
+            version = kind.version,
+            "CRD not served; skipped until it is"
+        );
+    }
+}
+
+/// The liveness name of a backend's PodGroup watch.
+fn backend_resource(b: BackendKind) -> String {
+    format!("podgroups.{}", b.backend().group())
+}
+
+/// The liveness name of a job kind's watch, e.g. `pytorchjobs.kubeflow.org/v1`.
+fn kind_resource(kind: &JobKind) -> String {
+    format!("{}.{}/{}", kind.plural, kind.group, kind.version)
+}
+
+fn spawn_kind_controller(
+    client: Client,
+    kind: &'static JobKind,
+    ctx: Arc<Context>,
+    triggers: broadcast::Receiver<Trigger>,
+    concurrency: u16,
+    mut shutdown: watch::Receiver<bool>,
+    liveness: &Liveness,
+) -> JoinHandle<()> {
+    let ar = ApiResource {
+        group: kind.group.into(),
+        version: kind.version.into(),
+        api_version: kind.api_version(),
+        kind: kind.kind.into(),
+        plural: kind.plural.into(),
+    };
+    let api: Api<DynamicObject> = Api::all_with(client, &ar);
+    let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
+    let jobs = writer.as_reader();
+    let probe = liveness.probe(kind_resource(kind));
+    let watch_probe = probe.clone();
+    let watch_metrics = ctx.metrics.clone();
+    // The cache keeps what a reconcile reads: field-manager bookkeeping and the last-applied
+    // copy of the whole job are dropped (they can double a job's size). Jobs reach the queue
+    // only once the cache holds them (see `settled_objects`).
+    let stream = watcher(api, watcher::Config::default().any_semantic())
+        .backoff(WatchBackoff::default())
+        // A job relist needs no trigger: `settled_objects` hands every job on at its end.
+        .inspect(move |event| {
+            crate::watch::observe(&watch_probe, &watch_metrics, event);
+        })
+        .modify(|job: &mut DynamicObject| {
+            job.metadata.managed_fields = None;
+            if let Some(a) = job.metadata.annotations.as_mut() {
+                a.remove(LAST_APPLIED);
+            }
+        })
+        .reflect(writer);
+    let stream = settled_objects(stream, jobs.clone());
+    // The controller backs its input off once more after every error; without a backoff of
+    // ours, its default one (up to 30 s) delays the watch's own reconnects after a fault.
+    let controller = Controller::for_stream_with(stream, jobs.clone(), ar.clone())
+        .with_config(runtime_controller::Config::default().concurrency(concurrency))
+        .trigger_backoff(WatchBackoff::default());
+    let controller = controller
+        .reconcile_on(job_refs(triggers, jobs, kind, ar))
+        .graceful_shutdown_on(async move {
+            let _ = shutdown.wait_for(|stop| *stop).await;
+        });
+    let metrics = ctx.metrics.clone();
+    tokio::spawn(async move {
+        let _guard = probe.task_guard();
+        controller
+            .run(
+                move |obj, ctx| reconcile::reconcile(obj, ctx, kind),
+                reconcile::error_policy,
+                ctx,
+            )
+            .for_each(|result| {
+                if let Err(e) = result {
+                    report_controller_error(&metrics, kind, e);
+                }
+                future::ready(())
+            })
+            .await;
+    })
+}
+
+/// Logs and counts what a job controller's run stream reports besides success. Reconcile
+/// errors were logged by the error policy and are retried there.
+fn report_controller_error(
+    metrics: &crate::metrics::Metrics,
+    kind: &JobKind,
+    e: runtime_controller::Error<reconcile::Error, watcher::Error>,
+) {
+    use runtime_controller::Error as E;
+    match e {
+        E::ReconcilerFailed(..) => {}
+        // Queued but gone from the cache: the job was deleted before its turn. (Before a
+        // relist completed this also happened to jobs still in the list; see `watch`.)
+        E::ObjectNotFound(obj) => {
+            metrics
+                .reconcile_errors
+                .with_label_values(&[kind.kind, "not_found"])
+                .inc();
+            info!(object = %obj, "job queued for reconcile is no longer in the cache; skipped");
+        }
+        // Counted and logged where the watch stream is observed.
+        E::QueueError(_) => {}
+        E::RunnerError(e) => {
+            metrics
+                .reconcile_errors
+                .with_label_values(&[kind.kind, "runner"])
+                .inc();
+            warn!(kind = kind.kind, error = %e, "reconcile runner error");
+        }
+    }
+}
