@@ -43,7 +43,7 @@ for _ in $(seq 100); do
   n=$(( $(k -n demo get podgroups.scheduling.x-k8s.io -o name | wc -l) + $(k -n demo get podgroups.scheduling.volcano.sh -o name | wc -l) ))
   [ "$n" -ge 3 ] && break; sleep 0.2
 done
-k -n demo get pytorchjobs,tfjobs,mpijobs
+k -n demo get pytorchjobs,tfjobs,mpijobs,xgboostjobs,paddlejobs,jaxjobs
 echo
 k -n demo get podgroups.scheduling.x-k8s.io -o custom-columns='SCHEDULER-PLUGINS PODGROUP:.metadata.name,MIN-MEMBER:.spec.minMember,MIN-RESOURCES:.spec.minResources,OWNER:.metadata.ownerReferences[0].kind'
 echo

@@ -73,6 +73,7 @@ for_each_backend!(
     d_tfjob_ps_worker_evaluator_are_one_gang,
     e_competing_jobs_one_runs_whole_the_other_waits_whole,
     f_a_finished_job_loses_its_pod_group,
+    g_xgboostjob_run_by_training_operator_is_one_gang,
 );
 
 /// (a) 1 master + 3 workers, 1 GPU each, on nodes with 3 GPUs: no pod binds and podgroup-sync
@@ -409,5 +410,53 @@ async fn f_a_finished_job_loses_its_pod_group(backend: Backend) {
         .await
         .expect("get job");
     assert!(still.is_some(), "the finished job itself must stay");
+    s.cleanup().await;
+}
+
+/// (g) A kind added by its own file: an XGBoostJob (1 Master + 2 Workers, 1 GPU each) that
+/// training-operator runs with its gang mode off. On 2 GPUs nothing binds; a third GPU node and
+/// all 3 run.
+async fn g_xgboostjob_run_by_training_operator_is_one_gang(backend: Backend) {
+    let _turn = exclusive().await;
+    let mut s = Scope::new(&format!("e2e-g-{}", tag(backend)), true).await;
+    for _ in 0..2 {
+        s.add_node(1).await;
+    }
+    let ns = s.ns.clone();
+    let job = format!("xgb-{}", s.id);
+    let manifest = training_job(
+        Kind::XGBoostJob,
+        Link::Gang(backend),
+        &job,
+        s.pool(),
+        &[replicas("Master", 1, 1), replicas("Worker", 2, 1)],
+        json!({}),
+    );
+    s.create(&ns, Kind::XGBoostJob, &manifest).await;
+
+    let pg = s
+        .wait_pg(&ns, backend, &job, "minMember 3", |pg| {
+            spec(pg)["minMember"] == 3
+        })
+        .await;
+    assert_eq!(
+        spec(&pg)["minResources"][harness::GPU],
+        "3",
+        "{}",
+        s.diagnostics()
+    );
+    s.wait_event(&ns, &job, waiting_reason(backend)).await;
+    s.wait_all_refused(&ns, &job, 3).await;
+    let pods = s.pods(&ns, &job).await;
+    assert!(
+        pods.iter().all(|p| !is_bound(p)),
+        "with 2 GPUs for a gang of 3 no pod may bind: {:?}\n{}",
+        names_of(&pods),
+        s.diagnostics()
+    );
+
+    s.add_node(1).await;
+    let pods = s.wait_all_running(&ns, &job, 3).await;
+    eprintln!("[{ns}] XGBoostJob gang: {:?}", names_of(&pods));
     s.cleanup().await;
 }

@@ -51,17 +51,9 @@ fn set(v: &mut Value, pointer: &str, value: Value) {
     }
 }
 
-fn specs_field(kind: Kind) -> &'static str {
-    match kind {
-        Kind::PyTorchJob => "pytorchReplicaSpecs",
-        Kind::TFJob => "tfReplicaSpecs",
-        Kind::MPIJob | Kind::MPIJobV1 => "mpiReplicaSpecs",
-    }
-}
-
 /// A replica type's template path.
 fn t(kind: Kind, replica_type: &str) -> String {
-    format!("/spec/{}/{replica_type}/template", specs_field(kind))
+    format!("/spec/{}/{replica_type}/template", kind.specs_field())
 }
 
 /// What a corpus job must produce.
@@ -99,7 +91,7 @@ fn case(
 }
 
 fn all_templates(kind: Kind, m: &mut Value, f: impl Fn(&mut Value)) {
-    let specs = m["spec"][specs_field(kind)].as_object_mut().unwrap();
+    let specs = m["spec"][kind.specs_field()].as_object_mut().unwrap();
     for spec in specs.values_mut() {
         f(&mut spec["template"]);
     }

@@ -8,7 +8,9 @@ use std::sync::{Mutex, OnceLock};
 use kube::Client;
 use serde_json::json;
 use support::controller::{self, Controller};
-use support::jobs::{self, Backend, Kind, expected_spec, spec, wait_pg, wait_pg_gone};
+use support::jobs::{
+    self, Backend, Kind, expected_spec, expected_spec_of, spec, wait_pg, wait_pg_gone,
+};
 
 const ENABLED: (&str, &str) = ("podgroup-sync.io/enabled", "true");
 
@@ -54,7 +56,12 @@ async fn lifecycle(kind: Kind, backend: Backend) {
     let job = jobs::create(&client, &ns, kind, &jobs::job(kind, backend, name, 2)).await;
 
     let pg = wait_pg(&client, &ns, backend, name, "created", |_| true).await;
-    assert_eq!(spec(&pg), expected_spec(backend, 2), "{}", controller_log());
+    assert_eq!(
+        spec(&pg),
+        expected_spec_of(kind, backend, 2),
+        "{}",
+        controller_log()
+    );
     assert_eq!(
         serde_json::to_value(&pg.metadata.owner_references).unwrap(),
         owner_ref_of(&job)
@@ -80,15 +87,8 @@ async fn lifecycle(kind: Kind, backend: Backend) {
     );
 
     // Scale the workers: the PodGroup follows.
-    let scale = match kind {
-        Kind::PyTorchJob => json!({"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 3}}}}),
-        Kind::TFJob => json!({"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 3}}}}),
-        Kind::MPIJob | Kind::MPIJobV1 => {
-            json!({"spec": {"mpiReplicaSpecs": {"Worker": {"replicas": 3}}}})
-        }
-    };
-    jobs::patch(&client, &ns, kind, name, scale, false).await;
-    let want = expected_spec(backend, 3);
+    jobs::patch(&client, &ns, kind, name, kind.scale(3), false).await;
+    let want = expected_spec_of(kind, backend, 3);
     let pg = wait_pg(&client, &ns, backend, name, "scaled to 3 workers", |pg| {
         spec(pg) == want
     })
@@ -161,6 +161,30 @@ async fn lifecycle(kind: Kind, backend: Backend) {
     .await;
 }
 
+#[tokio::test]
+async fn xgboostjob_on_scheduler_plugins() {
+    lifecycle(Kind::XGBoostJob, Backend::SchedulerPlugins).await;
+}
+#[tokio::test]
+async fn xgboostjob_on_volcano() {
+    lifecycle(Kind::XGBoostJob, Backend::Volcano).await;
+}
+#[tokio::test]
+async fn paddlejob_on_scheduler_plugins() {
+    lifecycle(Kind::PaddleJob, Backend::SchedulerPlugins).await;
+}
+#[tokio::test]
+async fn paddlejob_on_volcano() {
+    lifecycle(Kind::PaddleJob, Backend::Volcano).await;
+}
+#[tokio::test]
+async fn jaxjob_on_scheduler_plugins() {
+    lifecycle(Kind::JAXJob, Backend::SchedulerPlugins).await;
+}
+#[tokio::test]
+async fn jaxjob_on_volcano() {
+    lifecycle(Kind::JAXJob, Backend::Volcano).await;
+}
 #[tokio::test]
 async fn pytorchjob_on_scheduler_plugins() {
     lifecycle(Kind::PyTorchJob, Backend::SchedulerPlugins).await;

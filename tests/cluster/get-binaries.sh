@@ -20,7 +20,7 @@ export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
 PGS_CACHE=${PGS_CACHE:-$HOME/.cache/podgroup-sync}
 GOV=$(go env GOVERSION)
 BIN=$PGS_CACHE/bin/k8s-v$K8S_VERSION-etcd-v$ETCD_VERSION-$GOV
-CRDS=$PGS_CACHE/crds/to-v$TRAINING_OPERATOR_VERSION-mpi-v$MPI_OPERATOR_VERSION-sp-v$SCHEDULER_PLUGINS_VERSION-vc-v$VOLCANO_VERSION
+CRDS=$PGS_CACHE/crds/v2-to-v$TRAINING_OPERATOR_VERSION-mpi-v$MPI_OPERATOR_VERSION-sp-v$SCHEDULER_PLUGINS_VERSION-vc-v$VOLCANO_VERSION
 mkdir -p "$BIN" "$CRDS" "$PGS_CACHE/src"
 
 log() { echo "[get-binaries $(date +%H:%M:%S)] $*" >&2; }
@@ -105,7 +105,7 @@ fetch_crds() {
   local d
   d=$(modjson "github.com/kubeflow/training-operator@v$TRAINING_OPERATOR_VERSION" Dir)
   mkdir -p "$CRDS/training-operator" "$CRDS/mpi-operator" "$CRDS/scheduler-plugins" "$CRDS/volcano"
-  cp "$d"/manifests/base/crds/kubeflow.org_{pytorchjobs,tfjobs,mpijobs}.yaml "$CRDS/training-operator/"
+  cp "$d"/manifests/base/crds/kubeflow.org_{pytorchjobs,tfjobs,mpijobs,xgboostjobs,paddlejobs,jaxjobs}.yaml "$CRDS/training-operator/"
   d=$(modjson "github.com/kubeflow/mpi-operator@v$MPI_OPERATOR_VERSION" Dir)
   cp "$d/manifests/base/kubeflow.org_mpijobs.yaml" "$CRDS/mpi-operator/"
   d=$(modjson "sigs.k8s.io/scheduler-plugins@v$SCHEDULER_PLUGINS_VERSION" Dir)

@@ -129,6 +129,9 @@ done
 CRD_FILES=(
   "$CRDS/training-operator/kubeflow.org_pytorchjobs.yaml"
   "$CRDS/training-operator/kubeflow.org_tfjobs.yaml"
+  "$CRDS/training-operator/kubeflow.org_xgboostjobs.yaml"
+  "$CRDS/training-operator/kubeflow.org_paddlejobs.yaml"
+  "$CRDS/training-operator/kubeflow.org_jaxjobs.yaml"
   "$CRDS/mpi-operator/kubeflow.org_mpijobs.yaml"   # v2beta1; NOT training-operator's (same name)
   "$CRDS/scheduler-plugins/scheduling.x-k8s.io_podgroups.yaml"
   "$CRDS/volcano/scheduling.volcano.sh_podgroups.yaml"

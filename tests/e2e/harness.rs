@@ -586,6 +586,9 @@ pub fn training_job(
         Kind::PyTorchJob => ("pytorchReplicaSpecs", "pytorch"),
         Kind::TFJob => ("tfReplicaSpecs", "tensorflow"),
         Kind::MPIJob | Kind::MPIJobV1 => ("mpiReplicaSpecs", "mpi"),
+        Kind::XGBoostJob => ("xgbReplicaSpecs", "xgboost"),
+        Kind::PaddleJob => ("paddleReplicaSpecs", "paddle"),
+        Kind::JAXJob => ("jaxReplicaSpecs", "jax"),
     };
     let mut specs = serde_json::Map::new();
     for r in replica_types {

@@ -347,7 +347,7 @@ start training-operator env -u KUBECONFIG TMPDIR="$TO_TMP" MY_POD_NAMESPACE=kube
   "$TRAINING_OPERATOR" --kubeconfig="$KC" \
   --metrics-bind-address="127.0.0.1:$TO_METRICS" --health-probe-bind-address="127.0.0.1:$TO_PROBE" \
   --webhook-server-port="$TO_WEBHOOK" --leader-elect=false \
-  --enable-scheme=pytorchjob --enable-scheme=tfjob
+  --enable-scheme=pytorchjob --enable-scheme=tfjob --enable-scheme=xgboostjob
 wait_ready training-operator "$STARTED_PID" http_ok "http://127.0.0.1:$TO_PROBE/readyz"
 
 # --- mpi-operator -----------------------------------------------------------------------------

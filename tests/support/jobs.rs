@@ -19,6 +19,9 @@ pub enum Kind {
     TFJob,
     MPIJob,
     MPIJobV1,
+    XGBoostJob,
+    PaddleJob,
+    JAXJob,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,15 +47,36 @@ impl Kind {
             Kind::TFJob => ar("kubeflow.org", "v1", "TFJob", "tfjobs"),
             Kind::MPIJob => ar("kubeflow.org", "v2beta1", "MPIJob", "mpijobs"),
             Kind::MPIJobV1 => ar("kubeflow.org", "v1", "MPIJob", "mpijobs"),
+            Kind::XGBoostJob => ar("kubeflow.org", "v1", "XGBoostJob", "xgboostjobs"),
+            Kind::PaddleJob => ar("kubeflow.org", "v1", "PaddleJob", "paddlejobs"),
+            Kind::JAXJob => ar("kubeflow.org", "v1", "JAXJob", "jaxjobs"),
         }
     }
 
-    fn specs_field(&self) -> &'static str {
+    pub fn specs_field(&self) -> &'static str {
         match self {
             Kind::PyTorchJob => "pytorchReplicaSpecs",
             Kind::TFJob => "tfReplicaSpecs",
             Kind::MPIJob | Kind::MPIJobV1 => "mpiReplicaSpecs",
+            Kind::XGBoostJob => "xgbReplicaSpecs",
+            Kind::PaddleJob => "paddleReplicaSpecs",
+            Kind::JAXJob => "jaxReplicaSpecs",
         }
+    }
+
+    /// The one-pod head replica type (Master, PS, Launcher); JAXJob has only workers.
+    pub fn head(&self) -> Option<&'static str> {
+        match self {
+            Kind::PyTorchJob | Kind::XGBoostJob | Kind::PaddleJob => Some("Master"),
+            Kind::TFJob => Some("PS"),
+            Kind::MPIJob | Kind::MPIJobV1 => Some("Launcher"),
+            Kind::JAXJob => None,
+        }
+    }
+
+    /// A patch that sets the number of workers.
+    pub fn scale(&self, workers: u32) -> Value {
+        json!({"spec": {self.specs_field(): {"Worker": {"replicas": workers}}}})
     }
 
     /// The replica type that scales.
@@ -108,24 +132,28 @@ pub fn job(kind: Kind, backend: Backend, name: &str, workers: u32) -> Value {
         json!({"nvidia.com/gpu": 1}),
     );
     let ar = kind.ar();
-    let specs = match kind {
-        Kind::PyTorchJob => {
-            json!({"Master": {"replicas": 1, "restartPolicy": "Never", "template": head},
-            "Worker": {"replicas": workers, "restartPolicy": "Never", "template": worker}})
-        }
-        Kind::TFJob => json!({"PS": {"replicas": 1, "template": head},
-            "Worker": {"replicas": workers, "template": worker}}),
-        Kind::MPIJob | Kind::MPIJobV1 => json!({"Launcher": {"replicas": 1, "template": head},
-            "Worker": {"replicas": workers, "template": worker}}),
-    };
+    let mut specs = json!({"Worker": {"replicas": workers, "template": worker}});
+    if let Some(head_type) = kind.head() {
+        specs[head_type] = json!({"replicas": 1, "template": head});
+    }
     json!({"apiVersion": ar.api_version, "kind": ar.kind, "metadata": {"name": name},
         "spec": {kind.specs_field(): specs, "runPolicy": {}}})
 }
 
-/// The PodGroup spec [`job`] should get: minMember 1 + workers, minResources of all pods.
+/// The PodGroup spec [`job`] of a kind with a head should get: minMember 1 + workers,
+/// minResources of all pods.
 pub fn expected_spec(backend: Backend, workers: u32) -> Value {
-    let mut spec = json!({"minMember": 1 + workers, "minResources": {
-        "cpu": (1 + 2 * workers).to_string(), "memory": "1Gi", "nvidia.com/gpu": workers.to_string()}});
+    expected_spec_of(Kind::PyTorchJob, backend, workers)
+}
+
+/// The PodGroup spec [`job`] of `kind` should get.
+pub fn expected_spec_of(kind: Kind, backend: Backend, workers: u32) -> Value {
+    let mut spec = match kind.head() {
+        Some(_) => json!({"minMember": 1 + workers, "minResources": {
+            "cpu": (1 + 2 * workers).to_string(), "memory": "1Gi", "nvidia.com/gpu": workers.to_string()}}),
+        None => json!({"minMember": workers, "minResources": {
+            "cpu": (2 * workers).to_string(), "nvidia.com/gpu": workers.to_string()}}),
+    };
     if backend == Backend::Volcano {
         spec["queue"] = json!("default");
     }

@@ -67,9 +67,10 @@ them one at a time and checks that the controller reports the missing permission
 are only listed and watched (by caches), never fetched one by one, so "get" is not granted.
 */}}
 {{- define "podgroup-sync.clusterRules" -}}
-# The job kinds (PyTorchJob, TFJob, MPIJob v1 or v2beta1). It never writes a job or its status.
+# The job kinds (PyTorchJob, TFJob, MPIJob v1 or v2beta1, XGBoostJob, PaddleJob, JAXJob). It
+# never writes a job or its status.
 - apiGroups: ["kubeflow.org"]
-  resources: ["pytorchjobs", "tfjobs", "mpijobs"]
+  resources: ["pytorchjobs", "tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs"]
   verbs: ["list", "watch"]
 # Namespaces carry the enablement and backend annotations.
 - apiGroups: [""]
