@@ -15,14 +15,21 @@ use crate::resources::AdmissionDefaults;
 pub enum ExplainError {
     #[error("cannot parse the job manifest: {0}")]
     Parse(String),
-    #[error(
-        "{0} is not a job kind podgroup-sync manages (PyTorchJob, TFJob kubeflow.org/v1; MPIJob kubeflow.org/v2beta1 or v1)"
-    )]
+    #[error("{0} is not a job kind podgroup-sync manages ({known})", known = known_kinds())]
     UnknownKind(String),
     #[error("no PodGroup: {0}")]
     Invalid(#[from] job::InvalidJob),
     #[error("{0}")]
     Backend(String),
+}
+
+/// The kinds podgroup-sync manages, e.g. `PyTorchJob kubeflow.org/v1, …`.
+fn known_kinds() -> String {
+    job::KINDS
+        .iter()
+        .map(|k| format!("{} {}", k.kind, k.api_version()))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Renders the PodGroup YAML for `manifest` (a job in YAML or JSON) and the reasoning as
@@ -126,4 +133,80 @@ pub fn explain(
         &serde_yaml_ng::to_string(&object).map_err(|e| ExplainError::Parse(e.to_string()))?,
     );
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The PodGroup document of `explain`'s output (after the `# ` reasoning lines).
+    fn pod_group(manifest: &str, backend: Option<BackendKind>) -> Value {
+        let out = explain(manifest, backend, &BackendOptions::default()).unwrap();
+        serde_yaml_ng::from_str(&out).unwrap()
+    }
+
+    #[test]
+    fn every_example_gets_its_exact_pod_group() {
+        let cases = [
+            (
+                include_str!("../examples/pytorchjob.yaml"),
+                "scheduling.x-k8s.io/v1alpha1",
+                4,
+                serde_json::json!({"cpu": "14", "memory": "32Gi", "nvidia.com/gpu": "4"}),
+            ),
+            (
+                include_str!("../examples/xgboostjob.yaml"),
+                "scheduling.x-k8s.io/v1alpha1",
+                3,
+                serde_json::json!({"cpu": "5", "memory": "10Gi"}),
+            ),
+            // Elastic: Master + minReplicas 2 of the 4 Workers.
+            (
+                include_str!("../examples/paddlejob.yaml"),
+                "scheduling.volcano.sh/v1beta1",
+                3,
+                serde_json::json!({"cpu": "9", "memory": "34Gi", "nvidia.com/gpu": "2"}),
+            ),
+            (
+                include_str!("../examples/jaxjob.yaml"),
+                "scheduling.x-k8s.io/v1alpha1",
+                4,
+                serde_json::json!({"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "4"}),
+            ),
+        ];
+        for (manifest, api_version, min_member, min_resources) in cases {
+            let pg = pod_group(manifest, None);
+            let kind = &pg["metadata"]["ownerReferences"][0]["kind"];
+            assert_eq!(pg["apiVersion"], api_version, "{kind}");
+            assert_eq!(pg["spec"]["minMember"], min_member, "{kind}");
+            assert_eq!(pg["spec"]["minResources"], min_resources, "{kind}");
+        }
+    }
+
+    #[test]
+    fn a_paddle_job_without_an_elastic_policy_counts_every_pod() {
+        let manifest = include_str!("../examples/paddlejob.yaml").replace(
+            "  elasticPolicy:\n    minReplicas: 2\n    maxReplicas: 4\n",
+            "",
+        );
+        assert!(!manifest.contains("  elasticPolicy:"));
+        let pg = pod_group(&manifest, None);
+        assert_eq!(pg["spec"]["minMember"], 5);
+        assert_eq!(pg["spec"]["minResources"]["nvidia.com/gpu"], "4");
+        assert_eq!(pg["spec"]["minResources"]["cpu"], "17");
+    }
+
+    #[test]
+    fn an_unknown_kind_names_every_kind_podgroup_sync_manages() {
+        let err = explain(
+            "apiVersion: kubeflow.org/v1\nkind: TrainJob\n",
+            None,
+            &BackendOptions::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        for k in job::KINDS {
+            assert!(err.contains(k.kind), "{err}");
+        }
+    }
 }

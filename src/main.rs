@@ -21,8 +21,9 @@ use podgroup_sync::liveness::InFlight;
 use podgroup_sync::metrics::Metrics;
 use podgroup_sync::reconcile::{ResizePolicy, Settings};
 
-/// Gang-scheduling PodGroups for Kubeflow training jobs (PyTorchJob, TFJob, MPIJob), owned by a
-/// standalone controller, for scheduler-plugins coscheduling and Volcano.
+/// Gang-scheduling PodGroups for Kubeflow training jobs (PyTorchJob, TFJob, MPIJob, XGBoostJob,
+/// PaddleJob, JAXJob), owned by a standalone controller, for scheduler-plugins coscheduling and
+/// Volcano.
 #[derive(Parser, Debug)]
 #[command(name = "podgroup-sync", version, about, long_about = None, args_conflicts_with_subcommands = true)]
 struct Cli {
