@@ -17,8 +17,7 @@ test: lint binaries
 lint:
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets -- -D warnings
-	$(CARGO) clippy --test e2e -- -D warnings
-	$(CARGO) clippy --test faults -- -D warnings
+	$(CARGO) clippy --test e2e --test faults -- -D warnings
 
 unit:
 	$(CARGO) test --lib

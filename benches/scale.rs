@@ -1184,10 +1184,10 @@ impl Phase {
             let Some(s) = seen.get(&c.key) else { continue };
             let from = per_job_start.unwrap_or(c.at);
             lat.push(s.at.saturating_duration_since(from).as_secs_f64() * 1000.0);
-            if per_job_start.is_none() {
-                if let Some(pc) = s.created {
-                    server.push((pc - c.created) as f64);
-                }
+            if per_job_start.is_none()
+                && let Some(pc) = s.created
+            {
+                server.push((pc - c.created) as f64);
             }
             self.per_job.push((
                 c.key.clone(),
@@ -2479,15 +2479,15 @@ async fn run(cli: Cli) -> Res<Bench> {
             root().display()
         ));
         let bin_mtime = sh(&format!("stat -c %Y '{}'", controller_bin.display()));
-        if let (Ok(s), Ok(b)) = (newest_src.parse::<f64>(), bin_mtime.parse::<f64>()) {
-            if s > b + 1.0 {
-                let msg = format!(
-                    "{} is older than src/ (run `cargo build --release` first; bench/run.sh does)",
-                    controller_bin.display()
-                );
-                log!("WARNING: {msg}");
-                notes.push(msg);
-            }
+        if let (Ok(s), Ok(b)) = (newest_src.parse::<f64>(), bin_mtime.parse::<f64>())
+            && s > b + 1.0
+        {
+            let msg = format!(
+                "{} is older than src/ (run `cargo build --release` first; bench/run.sh does)",
+                controller_bin.display()
+            );
+            log!("WARNING: {msg}");
+            notes.push(msg);
         }
     }
     let load_start = loadavg();
@@ -2508,15 +2508,15 @@ async fn run(cli: Cli) -> Res<Bench> {
         apiserver: String::new(),
     };
     let machine = machine();
-    if !cli.skip_bare {
-        if let Err(e) = b.bare().await {
-            b.fail(format!("bare-client phase: {e}"));
-        }
+    if !cli.skip_bare
+        && let Err(e) = b.bare().await
+    {
+        b.fail(format!("bare-client phase: {e}"));
     }
-    if !cli.skip_podgroup_sync {
-        if let Err(e) = b.podgroup_sync().await {
-            b.fail(format!("podgroup-sync phase: {e}"));
-        }
+    if !cli.skip_podgroup_sync
+        && let Err(e) = b.podgroup_sync().await
+    {
+        b.fail(format!("podgroup-sync phase: {e}"));
     }
     if cli.skip_training_operator {
         b.to_status = "not measured: --skip-training-operator".into();

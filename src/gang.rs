@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 
-use crate::job::{InvalidJob, Job};
+use crate::job::{InvalidJob, Job, Replica};
 use crate::quantity::Quantity;
 use crate::resources::{AdmissionDefaults, ResourceMap, add_into, effective_pod_request, scale};
 
@@ -169,108 +169,31 @@ pub fn compute(
     defaults: &AdmissionDefaults,
 ) -> Result<Gang, InvalidJob> {
     let mut warnings = Vec::new();
-
     // The pods that can belong to the gang, per replica type.
     let rules = job.kind.rules;
-    let candidates: Vec<(&crate::job::Replica, u64)> = job
+    let candidates: Vec<(&Replica, u64)> = job
         .replicas
         .iter()
         .filter_map(|r| Some((r, rules.gang_pods(job, r)?)))
         .collect();
-    let total: u128 = candidates.iter().map(|(_, n)| *n as u128).sum();
-    if total == 0 {
-        return Err(InvalidJob::ZeroReplicas);
-    }
-    if total > MAX_MIN_MEMBER as u128 {
-        return Err(InvalidJob::TooManyReplicas(total));
-    }
-    let total = total as u64;
-
-    let policy = job.scheduling_policy();
-    let (min_member, rule) = match policy.and_then(|p| p.min_available) {
-        Some(m) if m < 1 => return Err(InvalidJob::MinAvailableTooSmall(m)),
-        Some(m) if m as u64 > total => {
-            return Err(InvalidJob::MinAvailableAboveTotal {
-                min_available: m as u64,
-                total,
-            });
-        }
-        Some(m) => (m as u64, MinMemberRule::MinAvailable),
-        None => rules.min_member(job, &candidates, total, &mut warnings),
-    };
-    if min_member == 0 {
-        return Err(InvalidJob::ZeroReplicas);
-    }
-    if rule == MinMemberRule::MinAvailable && min_member < total && rules.needs_every_pod() {
-        warnings.push(format!(
-            "schedulingPolicy.minAvailable {min_member} is below the {total} pods of this MPIJob: mpirun waits for every worker unless the application is elastic"
-        ));
-    }
+    let (min_member, rule) = min_member(job, &candidates, &mut warnings)?;
 
     // Order replica types by priority, highest first; ties broken deterministically.
-    let mut members = Vec::with_capacity(candidates.len());
-    for (r, count) in candidates {
-        let spec = r
-            .template
-            .spec
-            .as_ref()
-            .expect("normalize guarantees a pod spec");
-        let class = spec.priority_class_name.as_deref();
-        let priority = match priorities.resolve(class) {
-            Resolved::Class(v) | Resolved::GlobalDefault(v) => v,
-            Resolved::Zero => 0,
-            Resolved::UnknownClass => {
-                warnings.push(format!(
-                    "replica type {}: PriorityClass {:?} does not exist; counted as priority 0 (its pods will be rejected at admission)",
-                    r.replica_type,
-                    class.unwrap_or_default()
-                ));
-                0
-            }
-        };
-        let pod_request = effective_pod_request(spec, defaults).map_err(|e| {
-            InvalidJob::InvalidResources(format!("replica type {}: {e}", r.replica_type))
-        })?;
-        let task_spec = r
-            .template
-            .metadata
-            .as_ref()
-            .and_then(|m| m.annotations.as_ref())
-            .and_then(|a| a.get("volcano.sh/task-spec"))
-            .cloned();
-        members.push(Member {
-            replica_type: r.replica_type,
-            replicas: count,
-            counted: 0,
-            priority,
-            priority_class_name: class.map(str::to_string),
-            pod_request,
-            task_spec,
-        });
-    }
+    let mut members = candidates
+        .into_iter()
+        .map(|(r, count)| member(r, count, priorities, defaults, &mut warnings))
+        .collect::<Result<Vec<_>, _>>()?;
     members.sort_by(|a, b| {
         b.priority
             .cmp(&a.priority)
             .then(tie_rank(a.replica_type).cmp(&tie_rank(b.replica_type)))
             .then(a.replica_type.cmp(b.replica_type))
     });
-
-    // Take pods in that order until minMember pods are counted.
-    let mut remaining = min_member;
-    let mut computed = ResourceMap::new();
-    for m in &mut members {
-        m.counted = m.replicas.min(remaining);
-        remaining -= m.counted;
-        if m.counted > 0 {
-            let part = scale(&m.pod_request, m.counted)
-                .map_err(|e| InvalidJob::InvalidResources(e.to_string()))?;
-            add_into(&mut computed, &part)
-                .map_err(|e| InvalidJob::InvalidResources(e.to_string()))?;
-        }
-    }
-    computed.retain(|_, q| !q.is_zero());
-
-    let min_resources = match policy.and_then(|p| p.min_resources.as_ref()) {
+    let computed = count_in_order(&mut members, min_member)?;
+    let min_resources = match job
+        .scheduling_policy()
+        .and_then(|p| p.min_resources.as_ref())
+    {
         Some(given) => {
             for (name, q) in given {
                 Quantity::parse_non_negative(q).map_err(|e| {
@@ -283,7 +206,6 @@ pub fn compute(
         }
         None => MinResources::Computed(computed),
     };
-
     Ok(Gang {
         min_member: min_member as u32,
         rule,
@@ -291,6 +213,110 @@ pub fn compute(
         min_resources,
         warnings,
     })
+}
+
+/// minMember and the rule that set it (SPEC §3.1.2–§3.1.6), from the pods that belong to the
+/// gang per replica type.
+fn min_member(
+    job: &Job,
+    candidates: &[(&Replica, u64)],
+    warnings: &mut Vec<String>,
+) -> Result<(u64, MinMemberRule), InvalidJob> {
+    let total: u128 = candidates.iter().map(|(_, n)| *n as u128).sum();
+    if total == 0 {
+        return Err(InvalidJob::ZeroReplicas);
+    }
+    if total > MAX_MIN_MEMBER as u128 {
+        return Err(InvalidJob::TooManyReplicas(total));
+    }
+    let total = total as u64;
+    let rules = job.kind.rules;
+    let (min_member, rule) = match job.scheduling_policy().and_then(|p| p.min_available) {
+        Some(m) if m < 1 => return Err(InvalidJob::MinAvailableTooSmall(m)),
+        Some(m) if m as u64 > total => {
+            return Err(InvalidJob::MinAvailableAboveTotal {
+                min_available: m as u64,
+                total,
+            });
+        }
+        Some(m) => (m as u64, MinMemberRule::MinAvailable),
+        None => rules.min_member(job, candidates, total, warnings),
+    };
+    if min_member == 0 {
+        return Err(InvalidJob::ZeroReplicas);
+    }
+    if rule == MinMemberRule::MinAvailable && min_member < total && rules.needs_every_pod() {
+        warnings.push(format!(
+            "schedulingPolicy.minAvailable {min_member} is below the {total} pods of this MPIJob: mpirun waits for every worker unless the application is elastic"
+        ));
+    }
+    Ok((min_member, rule))
+}
+
+/// One replica type's place in the gang: its priority and the request of one pod.
+fn member(
+    r: &Replica,
+    count: u64,
+    priorities: &Priorities,
+    defaults: &AdmissionDefaults,
+    warnings: &mut Vec<String>,
+) -> Result<Member, InvalidJob> {
+    let spec = r
+        .template
+        .spec
+        .as_ref()
+        .expect("normalize guarantees a pod spec");
+    let class = spec.priority_class_name.as_deref();
+    let priority = match priorities.resolve(class) {
+        Resolved::Class(v) | Resolved::GlobalDefault(v) => v,
+        Resolved::Zero => 0,
+        Resolved::UnknownClass => {
+            warnings.push(format!(
+                "replica type {}: PriorityClass {:?} does not exist; counted as priority 0 (its pods will be rejected at admission)",
+                r.replica_type,
+                class.unwrap_or_default()
+            ));
+            0
+        }
+    };
+    let pod_request = effective_pod_request(spec, defaults).map_err(|e| {
+        InvalidJob::InvalidResources(format!("replica type {}: {e}", r.replica_type))
+    })?;
+    let task_spec = r
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.annotations.as_ref())
+        .and_then(|a| a.get("volcano.sh/task-spec"))
+        .cloned();
+    Ok(Member {
+        replica_type: r.replica_type,
+        replicas: count,
+        counted: 0,
+        priority,
+        priority_class_name: class.map(str::to_string),
+        pod_request,
+        task_spec,
+    })
+}
+
+/// Takes pods in the members' order until minMember pods are counted (SPEC §3.2.3); the sum of
+/// their requests, zero entries omitted.
+fn count_in_order(members: &mut [Member], min_member: u64) -> Result<ResourceMap, InvalidJob> {
+    let mut remaining = min_member;
+    let mut computed = ResourceMap::new();
+    for m in members {
+        m.counted = m.replicas.min(remaining);
+        remaining -= m.counted;
+        if m.counted > 0 {
+            let part = scale(&m.pod_request, m.counted)
+                .map_err(|e| InvalidJob::InvalidResources(e.to_string()))?;
+            add_into(&mut computed, &part)
+                .map_err(|e| InvalidJob::InvalidResources(e.to_string()))?;
+        }
+    }
+    computed.retain(|_, q| !q.is_zero());
+    Ok(computed)
 }
 
 #[cfg(test)]

@@ -136,10 +136,10 @@ impl Liveness {
 
     fn update(&self, resource: &str, generation: u64, f: impl FnOnce(&mut WatchState)) {
         let mut watches = self.0.lock().expect("lock");
-        if let Some(w) = watches.by_resource.get_mut(resource) {
-            if w.generation == generation {
-                f(w);
-            }
+        if let Some(w) = watches.by_resource.get_mut(resource)
+            && w.generation == generation
+        {
+            f(w);
         }
     }
 }

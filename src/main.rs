@@ -296,6 +296,49 @@ async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, Box<dyn st
     Ok(kube::Client::try_from(config)?)
 }
 
+/// Behaviour settings from the flags.
+fn settings(args: &RunArgs) -> Settings {
+    Settings {
+        enablement: Enablement {
+            annotation_key: args.annotation_key.clone(),
+            default_mode: args.default_mode,
+            default_backend: args.default_backend,
+        },
+        backend_options: args.backend.options(),
+        resize: args.resize,
+        keep_finished: args.keep_finished,
+        gang_wait_warning: Duration::from_secs(args.gang_wait_warning_seconds),
+    }
+}
+
+/// The Lease settings from the flags; the identity defaults to `<hostname>-<pid>`.
+fn lease_config(leader: &LeaderArgs) -> LeaseConfig {
+    let identity = leader.identity.clone().unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        format!("{}-{}", host.trim(), std::process::id())
+    });
+    LeaseConfig {
+        namespace: leader.namespace.clone().unwrap_or_else(|| "default".into()),
+        name: leader.lease_name.clone(),
+        identity,
+        lease_duration: Duration::from_secs(leader.lease_duration_seconds),
+        renew_deadline: Duration::from_secs(leader.renew_deadline_seconds),
+        retry_period: Duration::from_secs(leader.retry_period_seconds.max(1)),
+    }
+}
+
+/// Mirrors leadership into the `podgroup_sync_leader` gauge.
+fn spawn_leader_gauge(mut leading: watch::Receiver<bool>, metrics: Arc<Metrics>) {
+    tokio::spawn(async move {
+        loop {
+            metrics.leader.set(*leading.borrow_and_update() as i64);
+            if leading.changed().await.is_err() {
+                break;
+            }
+        }
+    });
+}
+
 async fn controller_main(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
     let client = client(args.kubeconfig.as_ref()).await?;
     let metrics = Arc::new(Metrics::new());
@@ -315,17 +358,7 @@ async fn controller_main(args: RunArgs) -> Result<(), Box<dyn std::error::Error>
     let listener = tokio::net::TcpListener::bind(args.http_addr).await?;
     tokio::spawn(http::serve(listener, health));
 
-    let settings = Settings {
-        enablement: Enablement {
-            annotation_key: args.annotation_key.clone(),
-            default_mode: args.default_mode,
-            default_backend: args.default_backend,
-        },
-        backend_options: args.backend.options(),
-        resize: args.resize,
-        keep_finished: args.keep_finished,
-        gang_wait_warning: Duration::from_secs(args.gang_wait_warning_seconds),
-    };
+    let settings = settings(&args);
     let events = Events::new(
         client.clone(),
         std::env::var("POD_NAME").ok(),
@@ -336,22 +369,7 @@ async fn controller_main(args: RunArgs) -> Result<(), Box<dyn std::error::Error>
     // Sent once the controllers stopped: only then is the Lease released.
     let (release_tx, release_rx) = watch::channel(false);
     let election = if args.leader.enabled {
-        let identity = args.leader.identity.clone().unwrap_or_else(|| {
-            let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-            format!("{}-{}", host.trim(), std::process::id())
-        });
-        let cfg = LeaseConfig {
-            namespace: args
-                .leader
-                .namespace
-                .clone()
-                .unwrap_or_else(|| "default".into()),
-            name: args.leader.lease_name.clone(),
-            identity,
-            lease_duration: Duration::from_secs(args.leader.lease_duration_seconds),
-            renew_deadline: Duration::from_secs(args.leader.renew_deadline_seconds),
-            retry_period: Duration::from_secs(args.leader.retry_period_seconds.max(1)),
-        };
+        let cfg = lease_config(&args.leader);
         info!(lease = %cfg.name, namespace = %cfg.namespace, identity = %cfg.identity, "leader election on");
         Some(tokio::spawn(leader::run(
             client.clone(),
@@ -362,19 +380,7 @@ async fn controller_main(args: RunArgs) -> Result<(), Box<dyn std::error::Error>
     } else {
         None
     };
-    // Mirror leadership into the gauge.
-    tokio::spawn({
-        let mut leading = leading_rx.clone();
-        let metrics = metrics.clone();
-        async move {
-            loop {
-                metrics.leader.set(*leading.borrow_and_update() as i64);
-                if leading.changed().await.is_err() {
-                    break;
-                }
-            }
-        }
-    });
+    spawn_leader_gauge(leading_rx.clone(), metrics.clone());
     tokio::spawn(async move {
         shutdown_signal().await;
         let _ = shutdown_tx.send(true);

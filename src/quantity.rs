@@ -283,12 +283,12 @@ impl fmt::Display for Quantity {
 
         if self.format == Format::BinarySI
             && magnitude >= 1024 * NANOS_PER_UNIT
-            && magnitude % NANOS_PER_UNIT == 0
+            && magnitude.is_multiple_of(NANOS_PER_UNIT)
         {
             let mut units = magnitude / NANOS_PER_UNIT;
             let mut power = 0;
             // Kubernetes has no suffix past Ei; bigger multiples stay in Ei.
-            while power < BINARY_SUFFIXES.len() - 1 && units % 1024 == 0 {
+            while power < BINARY_SUFFIXES.len() - 1 && units.is_multiple_of(1024) {
                 units /= 1024;
                 power += 1;
             }
@@ -407,7 +407,7 @@ fn scale_rounding_up(digits: &[u8], power_of_ten: i128) -> Result<u128, Quantity
 fn decimal_mantissa_exponent(magnitude: u128) -> (u128, i32) {
     let mut mantissa = magnitude;
     let mut exponent: i32 = -9;
-    while mantissa != 0 && mantissa % 10 == 0 {
+    while mantissa != 0 && mantissa.is_multiple_of(10) {
         mantissa /= 10;
         exponent += 1;
     }

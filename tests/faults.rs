@@ -228,10 +228,10 @@ impl Scenario {
                 Shape::Unlinked => Some("MissingPodGroupLink"),
                 Shape::Invalid => Some("InvalidSpec"),
             };
-            if let Some(reason) = reason {
-                if !events.contains(&(e.name.clone(), reason.to_string())) {
-                    return Err(format!("no {reason} Event on {}", e.name));
-                }
+            if let Some(reason) = reason
+                && !events.contains(&(e.name.clone(), reason.to_string()))
+            {
+                return Err(format!("no {reason} Event on {}", e.name));
             }
             if e.shape == Shape::Invalid {
                 continue;

@@ -191,10 +191,10 @@ fn dashboard_queries(dash: &Value) -> Vec<(String, String)> {
     }
     for v in dash["templating"]["list"].as_array().into_iter().flatten() {
         let query = v["query"]["query"].as_str().or(v["query"].as_str());
-        if v["type"] == "query" {
-            if let Some(q) = query {
-                out.push((format!("variable {:?}", v["name"]), q.to_string()));
-            }
+        if v["type"] == "query"
+            && let Some(q) = query
+        {
+            out.push((format!("variable {:?}", v["name"]), q.to_string()));
         }
     }
     out
