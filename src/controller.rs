@@ -134,6 +134,37 @@ fn spawn_context_caches(
 }
 
 impl ContextCaches {
+    /// Waits until every context cache listed once and hands them over as [`Caches`] with their
+    /// tasks; `None` when a shutdown came first. A cache that cannot load (e.g. RBAC forbids the
+    /// list) keeps readiness false; SIGTERM still stops the process at once.
+    async fn wait_synced(
+        self,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<Option<(Caches, Vec<JoinHandle<()>>)>, RunError> {
+        tokio::select! {
+            failed = self.synced() => if let Some(what) = failed {
+                return Err(RunError::CacheSync(what));
+            },
+            _ = shutdown.wait_for(|stop| *stop) => {
+                info!("shut down before the caches synced");
+                for h in self.tasks {
+                    h.abort();
+                }
+                return Ok(None);
+            }
+        }
+        info!("namespace, LimitRange, PriorityClass and RuntimeClass caches synced");
+        let caches = Caches {
+            namespaces: self.namespaces,
+            limit_ranges: self.limit_ranges,
+            priority_classes: self.priority_classes,
+            runtime_classes: self.runtime_classes,
+            pod_groups: Default::default(),
+            owned: Default::default(),
+        };
+        Ok(Some((caches, self.tasks)))
+    }
+
     /// Waits until every context cache listed once; the name of the first that cannot.
     async fn synced(&self) -> Option<&'static str> {
         let waits = [
@@ -177,35 +208,8 @@ pub async fn run(
     let liveness = readiness.liveness().clone();
     let (triggers, _) = broadcast::channel::<Trigger>(16_384);
     let context = spawn_context_caches(&client, &triggers, &liveness, &metrics);
-    // A cache that cannot load (e.g. RBAC forbids the list) keeps readiness false; SIGTERM
-    // still stops the process at once.
-    tokio::select! {
-        failed = context.synced() => if let Some(what) = failed {
-            return Err(RunError::CacheSync(what));
-        },
-        _ = shutdown.wait_for(|stop| *stop) => {
-            info!("shut down before the caches synced");
-            for h in context.tasks {
-                h.abort();
-            }
-            return Ok(());
-        }
-    }
-    info!("namespace, LimitRange, PriorityClass and RuntimeClass caches synced");
-    let ContextCaches {
-        namespaces,
-        limit_ranges,
-        priority_classes,
-        runtime_classes,
-        mut tasks,
-    } = context;
-    let caches = Caches {
-        namespaces: namespaces.clone(),
-        limit_ranges,
-        priority_classes,
-        runtime_classes,
-        pod_groups: Default::default(),
-        owned: Default::default(),
+    let Some((caches, mut tasks)) = context.wait_synced(&mut shutdown).await? else {
+        return Ok(());
     };
     let ctx = Arc::new(Context::new(
         client.clone(),
@@ -248,11 +252,7 @@ pub async fn run(
                 warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "discovery failed; retrying");
             }
         }
-        update_namespace_gauge(&metrics, &namespaces, &ctx_settings.enablement);
-        update_pod_group_gauge(&metrics, &caches);
-        metrics
-            .stale_caches
-            .set(readiness.liveness().stale().len() as i64);
+        refresh_gauges(&metrics, &caches, &ctx_settings.enablement, &readiness);
         heartbeat.store(
             k8s_openapi::jiff::Timestamp::now().as_second(),
             Ordering::Relaxed,
@@ -300,6 +300,20 @@ async fn remember_published_events(client: &Client, ctx: &Context) {
         }
         Err(e) => warn!(error = %e, "could not read earlier Events; some may be published again"),
     }
+}
+
+/// The gauges read off the caches, refreshed once per discovery interval.
+fn refresh_gauges(
+    metrics: &crate::metrics::Metrics,
+    caches: &Caches,
+    enablement: &crate::enablement::Enablement,
+    readiness: &Readiness,
+) {
+    update_namespace_gauge(metrics, &caches.namespaces, enablement);
+    update_pod_group_gauge(metrics, caches);
+    metrics
+        .stale_caches
+        .set(readiness.liveness().stale().len() as i64);
 }
 
 fn update_pod_group_gauge(metrics: &crate::metrics::Metrics, caches: &Caches) {

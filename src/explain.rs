@@ -23,6 +23,45 @@ pub enum ExplainError {
     Backend(String),
 }
 
+/// The reasoning behind minResources: which pods of which replica types were counted.
+fn describe_min_resources(out: &mut String, gang: &gang::Gang) {
+    match &gang.min_resources {
+        MinResources::FromPolicy(_) => {
+            let _ = writeln!(
+                out,
+                "# minResources: schedulingPolicy.minResources, passed through"
+            );
+        }
+        MinResources::Computed(_) => {
+            let _ = writeln!(
+                out,
+                "# minResources: the first {} pods by priority (highest first, ties Master, Chief, Launcher, PS, Worker, Evaluator):",
+                gang.min_member
+            );
+        }
+    }
+    for m in &gang.members {
+        let request: Vec<String> = m
+            .pod_request
+            .iter()
+            .map(|(k, q)| format!("{k}={q}"))
+            .collect();
+        let _ = writeln!(
+            out,
+            "#   {}: {} of {} pods counted, priority {}{}, each requests {{{}}}",
+            m.replica_type,
+            m.counted,
+            m.replicas,
+            m.priority,
+            m.priority_class_name
+                .as_deref()
+                .map(|c| format!(" ({c})"))
+                .unwrap_or_default(),
+            request.join(", ")
+        );
+    }
+}
+
 /// The kinds podgroup-sync manages, e.g. `PyTorchJob kubeflow.org/v1, …`.
 fn known_kinds() -> String {
     job::KINDS
@@ -84,41 +123,7 @@ pub fn explain(
         gang.min_member,
         gang.rule.describe()
     );
-    match &gang.min_resources {
-        MinResources::FromPolicy(_) => {
-            let _ = writeln!(
-                out,
-                "# minResources: schedulingPolicy.minResources, passed through"
-            );
-        }
-        MinResources::Computed(_) => {
-            let _ = writeln!(
-                out,
-                "# minResources: the first {} pods by priority (highest first, ties Master, Chief, Launcher, PS, Worker, Evaluator):",
-                gang.min_member
-            );
-        }
-    }
-    for m in &gang.members {
-        let request: Vec<String> = m
-            .pod_request
-            .iter()
-            .map(|(k, q)| format!("{k}={q}"))
-            .collect();
-        let _ = writeln!(
-            out,
-            "#   {}: {} of {} pods counted, priority {}{}, each requests {{{}}}",
-            m.replica_type,
-            m.counted,
-            m.replicas,
-            m.priority,
-            m.priority_class_name
-                .as_deref()
-                .map(|c| format!(" ({c})"))
-                .unwrap_or_default(),
-            request.join(", ")
-        );
-    }
+    describe_min_resources(&mut out, &gang);
     let _ = writeln!(
         out,
         "# (offline: no PriorityClasses, LimitRanges or RuntimeClasses are known; a cluster may add requests and priorities)"
