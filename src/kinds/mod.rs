@@ -139,6 +139,30 @@ pub trait KindRules: Send + Sync {
     }
 }
 
+/// Kinds whose operator runs them elastic with an `elasticPolicy` (PyTorchJob, PaddleJob): the
+/// gang is the non-Worker pods plus `elasticPolicy.minReplicas` Workers (SPEC §3.1.3); without
+/// an elastic policy, every pod.
+pub struct ElasticRules;
+
+impl KindRules for ElasticRules {
+    fn read_spec(&self, spec: &Value, replicas: &[Replica]) -> Result<KindFields, InvalidJob> {
+        Ok(KindFields {
+            elastic_min_replicas: elastic_min_replicas(spec, replicas)?,
+            ..KindFields::default()
+        })
+    }
+
+    fn min_member(
+        &self,
+        job: &Job,
+        members: &[(&Replica, u64)],
+        total: u64,
+        warnings: &mut Vec<String>,
+    ) -> (u64, MinMemberRule) {
+        elastic_min_member(job, members, total, warnings)
+    }
+}
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 struct ElasticPolicySpec {
