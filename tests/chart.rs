@@ -22,7 +22,8 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 use support::Cluster;
 use support::controller::{self, Controller};
-use support::jobs::{self, Backend, Kind, expected_spec, spec, wait_pg, wait_pg_gone};
+use support::jobs::{self, Backend, Kind};
+use support::lifecycle::Gang;
 
 // ----------------------------------------------------------------------------------------------
 // helm and the chart
@@ -214,9 +215,11 @@ fn expected_cluster_triples() -> BTreeSet<(String, String, String)> {
             }
         }
     };
+    // Every kind podgroup-sync knows, from its own table.
+    let plurals: BTreeSet<&str> = podgroup_sync::job::KINDS.iter().map(|k| k.plural).collect();
     add(
         "kubeflow.org",
-        &["pytorchjobs", "tfjobs", "mpijobs"],
+        &plurals.into_iter().collect::<Vec<_>>(),
         &["list", "watch"],
     );
     add("", &["namespaces", "limitranges"], &["list", "watch"]);
@@ -906,6 +909,9 @@ async fn the_chart_installs_and_its_rbac_is_enough_for_the_lifecycle() {
         ("update", "pytorchjobs.kubeflow.org/status"),
         ("patch", "tfjobs.kubeflow.org"),
         ("patch", "mpijobs.kubeflow.org"),
+        ("patch", "xgboostjobs.kubeflow.org"),
+        ("patch", "paddlejobs.kubeflow.org"),
+        ("patch", "jaxjobs.kubeflow.org"),
         ("patch", "namespaces"),
         ("deletecollection", "podgroups.scheduling.x-k8s.io"),
         ("update", "podgroups.scheduling.volcano.sh/status"),
@@ -954,59 +960,22 @@ async fn the_chart_installs_and_its_rbac_is_enough_for_the_lifecycle() {
     let ns = support::test_namespace(&client, "chart-jobs", &[(annotation_key, "true")]).await;
     let log = |c: &Controller| c.log_tail();
 
-    // The lifecycle on both backends, as the ServiceAccount.
+    // The whole lifecycle on both backends, as the ServiceAccount.
+    let ctl_log = || ctl.log_tail();
     for backend in [Backend::SchedulerPlugins, Backend::Volcano] {
-        let kind = Kind::PyTorchJob;
         let name = match backend {
             Backend::SchedulerPlugins => "gang-sp",
             Backend::Volcano => "gang-vc",
         };
-        jobs::create(&client, &ns, kind, &jobs::job(kind, backend, name, 2)).await;
-        let pg = wait_pg(&client, &ns, backend, name, "created", |_| true).await;
-        assert_eq!(spec(&pg), expected_spec(backend, 2), "{}", log(&ctl));
-
-        jobs::patch(
-            &client,
-            &ns,
-            kind,
+        let gang = Gang {
+            client: &client,
+            ns: &ns,
+            kind: Kind::PyTorchJob,
+            backend,
             name,
-            json!({"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 3}}}}),
-            false,
-        )
-        .await;
-        let want = expected_spec(backend, 3);
-        let pg = wait_pg(&client, &ns, backend, name, "scaled", |pg| spec(pg) == want).await;
-
-        jobs::delete(&client, &ns, &backend.ar(), name).await;
-        let old = pg.metadata.uid.clone();
-        wait_pg(&client, &ns, backend, name, "recreated", |p| {
-            p.metadata.uid != old
-        })
-        .await;
-
-        jobs::patch(
-            &client,
-            &ns,
-            kind,
-            name,
-            json!({"spec": {"runPolicy": {"suspend": true}}}),
-            false,
-        )
-        .await;
-        wait_pg_gone(&client, &ns, backend, name, "suspended").await;
-        jobs::patch(
-            &client,
-            &ns,
-            kind,
-            name,
-            json!({"spec": {"runPolicy": {"suspend": false}}}),
-            false,
-        )
-        .await;
-        wait_pg(&client, &ns, backend, name, "resumed", |pg| {
-            spec(pg) == want
-        })
-        .await;
+            log: &ctl_log,
+        };
+        gang.whole_lifecycle().await;
     }
 
     // Events (events.k8s.io create) and a dry-run namespace: reported, nothing written.

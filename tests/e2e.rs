@@ -76,6 +76,50 @@ for_each_backend!(
     g_xgboostjob_run_by_training_operator_is_one_gang,
 );
 
+/// A gang of `pods` pods needing `gpus` GPUs, created on too few one-GPU nodes: its PodGroup says
+/// so, the backend reports the waiting gang, and no pod binds; one more GPU node and all run.
+/// Returns the waiting Event's note.
+async fn waits_whole_then_runs_whole(
+    s: &mut Scope,
+    backend: Backend,
+    kind: Kind,
+    job: &str,
+    manifest: &Value,
+    pods: usize,
+    gpus: &str,
+) -> String {
+    let ns = s.ns.clone();
+    s.create(&ns, kind, manifest).await;
+    let what = format!("minMember {pods}");
+    let pg = s
+        .wait_pg(&ns, backend, job, &what, |pg| {
+            spec(pg)["minMember"] == pods as u64
+        })
+        .await;
+    assert_eq!(
+        spec(&pg)["minResources"][harness::GPU],
+        gpus,
+        "{}",
+        s.diagnostics()
+    );
+    let note = s.wait_event(&ns, job, waiting_reason(backend)).await;
+    s.wait_all_refused(&ns, job, pods).await;
+    let waiting = s.pods(&ns, job).await;
+    assert!(
+        waiting.iter().all(|p| !is_bound(p)),
+        "a gang of {pods} without room for all: no pod may bind: {:?}\n{}",
+        names_of(&waiting),
+        s.diagnostics()
+    );
+    s.add_node(1).await;
+    let running = s.wait_all_running(&ns, job, pods).await;
+    eprintln!(
+        "[{ns}] {kind:?} gang of {pods} runs whole: {:?}",
+        names_of(&running)
+    );
+    note
+}
+
 /// (a) 1 master + 3 workers, 1 GPU each, on nodes with 3 GPUs: no pod binds and podgroup-sync
 /// reports the waiting gang; one more GPU node: all 4 bind.
 async fn a_gang_waits_whole_for_capacity_then_binds_whole(backend: Backend) {
@@ -93,37 +137,13 @@ async fn a_gang_waits_whole_for_capacity_then_binds_whole(backend: Backend) {
         replicas("Master", 1, 1),
         replicas("Worker", 3, 1),
     );
-    s.create(&ns, Kind::PyTorchJob, &manifest).await;
-
-    let pg = s
-        .wait_pg(&ns, backend, &job, "minMember 4", |pg| {
-            spec(pg)["minMember"] == 4
-        })
-        .await;
-    assert_eq!(
-        spec(&pg)["minResources"][harness::GPU],
-        "4",
-        "{}",
-        s.diagnostics()
-    );
-
-    let note = s.wait_event(&ns, &job, waiting_reason(backend)).await;
-    s.wait_all_refused(&ns, &job, 4).await;
-    let pods = s.pods(&ns, &job).await;
-    assert!(
-        pods.iter().all(|p| !is_bound(p)),
-        "with 3 GPUs for a gang of 4 no pod may bind: {:?}\n{}",
-        names_of(&pods),
-        s.diagnostics()
-    );
+    let note =
+        waits_whole_then_runs_whole(&mut s, backend, Kind::PyTorchJob, &job, &manifest, 4, "4")
+            .await;
     eprintln!(
-        "[{ns}] gang of 4 waits on 3 GPUs; {}: {note}",
+        "[{ns}] gang of 4 waited on 3 GPUs; {}: {note}",
         waiting_reason(backend)
     );
-
-    s.add_node(1).await;
-    let pods = s.wait_all_running(&ns, &job, 4).await;
-    eprintln!("[{ns}] after a 4th GPU node: {:?}", names_of(&pods));
     s.wait_pg(&ns, backend, &job, "phase Running", |pg| {
         pg_phase(pg) == Some("Running")
     })
@@ -286,7 +306,6 @@ async fn d_tfjob_ps_worker_evaluator_are_one_gang(backend: Backend) {
     for _ in 0..2 {
         s.add_node(1).await;
     }
-    let ns = s.ns.clone();
     let job = format!("tf-{}", s.id);
     let manifest = training_job(
         Kind::TFJob,
@@ -300,32 +319,7 @@ async fn d_tfjob_ps_worker_evaluator_are_one_gang(backend: Backend) {
         ],
         json!({}),
     );
-    s.create(&ns, Kind::TFJob, &manifest).await;
-
-    let pg = s
-        .wait_pg(&ns, backend, &job, "minMember 4", |pg| {
-            spec(pg)["minMember"] == 4
-        })
-        .await;
-    assert_eq!(
-        spec(&pg)["minResources"][harness::GPU],
-        "3",
-        "{}",
-        s.diagnostics()
-    );
-    s.wait_event(&ns, &job, waiting_reason(backend)).await;
-    s.wait_all_refused(&ns, &job, 4).await;
-    let pods = s.pods(&ns, &job).await;
-    assert!(
-        pods.iter().all(|p| !is_bound(p)),
-        "with 2 GPUs for a gang needing 3 no pod may bind: {:?}\n{}",
-        names_of(&pods),
-        s.diagnostics()
-    );
-
-    s.add_node(1).await;
-    let pods = s.wait_all_running(&ns, &job, 4).await;
-    eprintln!("[{ns}] TFJob gang: {:?}", names_of(&pods));
+    waits_whole_then_runs_whole(&mut s, backend, Kind::TFJob, &job, &manifest, 4, "3").await;
     s.cleanup().await;
 }
 
@@ -422,7 +416,6 @@ async fn g_xgboostjob_run_by_training_operator_is_one_gang(backend: Backend) {
     for _ in 0..2 {
         s.add_node(1).await;
     }
-    let ns = s.ns.clone();
     let job = format!("xgb-{}", s.id);
     let manifest = training_job(
         Kind::XGBoostJob,
@@ -432,31 +425,6 @@ async fn g_xgboostjob_run_by_training_operator_is_one_gang(backend: Backend) {
         &[replicas("Master", 1, 1), replicas("Worker", 2, 1)],
         json!({}),
     );
-    s.create(&ns, Kind::XGBoostJob, &manifest).await;
-
-    let pg = s
-        .wait_pg(&ns, backend, &job, "minMember 3", |pg| {
-            spec(pg)["minMember"] == 3
-        })
-        .await;
-    assert_eq!(
-        spec(&pg)["minResources"][harness::GPU],
-        "3",
-        "{}",
-        s.diagnostics()
-    );
-    s.wait_event(&ns, &job, waiting_reason(backend)).await;
-    s.wait_all_refused(&ns, &job, 3).await;
-    let pods = s.pods(&ns, &job).await;
-    assert!(
-        pods.iter().all(|p| !is_bound(p)),
-        "with 2 GPUs for a gang of 3 no pod may bind: {:?}\n{}",
-        names_of(&pods),
-        s.diagnostics()
-    );
-
-    s.add_node(1).await;
-    let pods = s.wait_all_running(&ns, &job, 3).await;
-    eprintln!("[{ns}] XGBoostJob gang: {:?}", names_of(&pods));
+    waits_whole_then_runs_whole(&mut s, backend, Kind::XGBoostJob, &job, &manifest, 3, "3").await;
     s.cleanup().await;
 }

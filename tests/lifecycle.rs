@@ -8,9 +8,8 @@ use std::sync::{Mutex, OnceLock};
 use kube::Client;
 use serde_json::json;
 use support::controller::{self, Controller};
-use support::jobs::{
-    self, Backend, Kind, expected_spec, expected_spec_of, spec, wait_pg, wait_pg_gone,
-};
+use support::jobs::{self, Backend, Kind, expected_spec_of, spec, wait_pg, wait_pg_gone};
+use support::lifecycle::{Gang, owner_ref_of};
 
 const ENABLED: (&str, &str) = ("podgroup-sync.io/enabled", "true");
 
@@ -37,187 +36,96 @@ fn controller_log() -> String {
         .unwrap_or_default()
 }
 
-fn owner_ref_of(job: &kube::api::DynamicObject) -> serde_json::Value {
-    json!([{
-        "apiVersion": job.types.as_ref().unwrap().api_version,
-        "kind": job.types.as_ref().unwrap().kind,
-        "name": job.metadata.name,
-        "uid": job.metadata.uid,
-        "controller": true,
-        "blockOwnerDeletion": true,
-    }])
-}
-
-/// create → exact PodGroup; scale → updated; deleted by hand → recreated; suspend → deleted;
-/// resume → recreated; Succeeded → deleted; job deleted → collected by the garbage collector.
-async fn lifecycle(kind: Kind, backend: Backend) {
-    let (client, ns) = setup(&format!("life-{kind:?}-{backend:?}"), &[ENABLED]).await;
-    let name = "gang";
-    let job = jobs::create(&client, &ns, kind, &jobs::job(kind, backend, name, 2)).await;
-
-    let pg = wait_pg(&client, &ns, backend, name, "created", |_| true).await;
-    assert_eq!(
-        spec(&pg),
-        expected_spec_of(kind, backend, 2),
-        "{}",
-        controller_log()
-    );
-    assert_eq!(
-        serde_json::to_value(&pg.metadata.owner_references).unwrap(),
-        owner_ref_of(&job)
-    );
-    assert_eq!(
-        pg.metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get("app.kubernetes.io/managed-by"))
-            .map(String::as_str),
-        Some("podgroup-sync")
-    );
-    let managers: Vec<_> = pg
-        .metadata
-        .managed_fields
-        .iter()
-        .flatten()
-        .filter_map(|m| m.manager.clone())
-        .collect();
-    assert!(
-        managers.contains(&"podgroup-sync".to_string()),
-        "{managers:?}"
-    );
-
-    // Scale the workers: the PodGroup follows.
-    jobs::patch(&client, &ns, kind, name, kind.scale(3), false).await;
-    let want = expected_spec_of(kind, backend, 3);
-    let pg = wait_pg(&client, &ns, backend, name, "scaled to 3 workers", |pg| {
-        spec(pg) == want
-    })
-    .await;
-
-    // Deleted by hand while the job is active: recreated promptly.
-    jobs::delete(&client, &ns, &backend.ar(), name).await;
-    let old_uid = pg.metadata.uid.clone();
-    wait_pg(
-        &client,
-        &ns,
-        backend,
-        name,
-        "recreated after a manual delete",
-        |p| p.metadata.uid != old_uid,
-    )
-    .await;
-
-    // Suspend deletes; resume recreates.
-    jobs::patch(
-        &client,
-        &ns,
-        kind,
-        name,
-        json!({"spec": {"runPolicy": {"suspend": true}}}),
-        false,
-    )
-    .await;
-    wait_pg_gone(&client, &ns, backend, name, "job suspended").await;
-    jobs::patch(
-        &client,
-        &ns,
-        kind,
-        name,
-        json!({"spec": {"runPolicy": {"suspend": false}}}),
-        false,
-    )
-    .await;
-    wait_pg(&client, &ns, backend, name, "recreated on resume", |pg| {
-        spec(pg) == want
-    })
-    .await;
-
-    // Finished: the PodGroup goes (a stale Volcano PodGroup would hold queue quota).
-    let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    jobs::patch(
-        &client,
-        &ns,
-        kind,
-        name,
-        json!({"status": {"conditions": [{"type": "Succeeded", "status": "True", "reason": "Test", "message": "done",
-            "lastTransitionTime": now, "lastUpdateTime": now}]}}),
-        true,
-    )
-    .await;
-    wait_pg_gone(&client, &ns, backend, name, "job Succeeded").await;
-
-    // A second job, deleted: kube-controller-manager's garbage collector removes its PodGroup.
-    let other = "gc-me";
-    jobs::create(&client, &ns, kind, &jobs::job(kind, backend, other, 1)).await;
-    wait_pg(&client, &ns, backend, other, "created", |_| true).await;
-    jobs::delete(&client, &ns, &kind.ar(), other).await;
-    wait_pg_gone(
-        &client,
-        &ns,
-        backend,
-        other,
-        "garbage-collected after the job was deleted",
-    )
-    .await;
-}
-
-#[tokio::test]
-async fn xgboostjob_on_scheduler_plugins() {
-    lifecycle(Kind::XGBoostJob, Backend::SchedulerPlugins).await;
-}
-#[tokio::test]
-async fn xgboostjob_on_volcano() {
-    lifecycle(Kind::XGBoostJob, Backend::Volcano).await;
-}
-#[tokio::test]
-async fn paddlejob_on_scheduler_plugins() {
-    lifecycle(Kind::PaddleJob, Backend::SchedulerPlugins).await;
-}
-#[tokio::test]
-async fn paddlejob_on_volcano() {
-    lifecycle(Kind::PaddleJob, Backend::Volcano).await;
-}
-#[tokio::test]
-async fn jaxjob_on_scheduler_plugins() {
-    lifecycle(Kind::JAXJob, Backend::SchedulerPlugins).await;
-}
-#[tokio::test]
-async fn jaxjob_on_volcano() {
-    lifecycle(Kind::JAXJob, Backend::Volcano).await;
-}
-#[tokio::test]
-async fn pytorchjob_on_scheduler_plugins() {
-    lifecycle(Kind::PyTorchJob, Backend::SchedulerPlugins).await;
-}
-#[tokio::test]
-async fn pytorchjob_on_volcano() {
-    lifecycle(Kind::PyTorchJob, Backend::Volcano).await;
-}
-#[tokio::test]
-async fn tfjob_on_scheduler_plugins() {
-    lifecycle(Kind::TFJob, Backend::SchedulerPlugins).await;
-}
-#[tokio::test]
-async fn tfjob_on_volcano() {
-    lifecycle(Kind::TFJob, Backend::Volcano).await;
-}
-#[tokio::test]
-async fn mpijob_v2beta1_on_scheduler_plugins() {
-    lifecycle(Kind::MPIJob, Backend::SchedulerPlugins).await;
-}
-#[tokio::test]
-async fn mpijob_v2beta1_on_volcano() {
-    lifecycle(Kind::MPIJob, Backend::Volcano).await;
-}
-
-const COMBINATIONS: [(Kind, Backend); 6] = [
-    (Kind::PyTorchJob, Backend::SchedulerPlugins),
-    (Kind::PyTorchJob, Backend::Volcano),
-    (Kind::TFJob, Backend::SchedulerPlugins),
-    (Kind::TFJob, Backend::Volcano),
-    (Kind::MPIJob, Backend::SchedulerPlugins),
-    (Kind::MPIJob, Backend::Volcano),
+const KINDS: [Kind; 6] = [
+    Kind::PyTorchJob,
+    Kind::TFJob,
+    Kind::MPIJob,
+    Kind::XGBoostJob,
+    Kind::PaddleJob,
+    Kind::JAXJob,
 ];
+
+/// The rows of SPEC §4 that one job goes through.
+#[derive(Debug, Clone, Copy)]
+enum Row {
+    Created,
+    SpecChanged,
+    DeletedBySomeone,
+    SuspendedAndResumed,
+    Finished,
+    JobDeleted,
+}
+
+/// A fresh job of `kind` for `backend` in its own namespace, created (itself the first row's
+/// check), then taken through `row`.
+async fn row(row: Row, kind: Kind, backend: Backend) {
+    let (client, ns) = setup(&format!("{row:?}-{kind:?}-{backend:?}"), &[ENABLED]).await;
+    let gang = Gang {
+        client: &client,
+        ns: &ns,
+        kind,
+        backend,
+        name: "gang",
+        log: &controller_log,
+    };
+    let pg = gang.created().await;
+    match row {
+        Row::Created => {}
+        Row::SpecChanged => {
+            gang.scaled().await;
+        }
+        Row::DeletedBySomeone => gang.recreated_after_a_manual_delete(&pg).await,
+        Row::SuspendedAndResumed => {
+            gang.scaled().await;
+            gang.suspended_then_resumed(3).await;
+        }
+        Row::Finished => gang.finished().await,
+        Row::JobDeleted => gang.garbage_collected().await,
+    }
+}
+
+/// `row` for every kind × backend at once.
+async fn every_kind_and_backend(r: Row) {
+    futures::future::join_all(combinations().into_iter().map(|(k, b)| row(r, k, b))).await;
+}
+
+#[tokio::test]
+async fn row_job_created_gets_the_exact_pod_group() {
+    every_kind_and_backend(Row::Created).await;
+}
+
+#[tokio::test]
+async fn row_job_spec_change_is_followed() {
+    every_kind_and_backend(Row::SpecChanged).await;
+}
+
+#[tokio::test]
+async fn row_pod_group_deleted_by_someone_is_recreated() {
+    every_kind_and_backend(Row::DeletedBySomeone).await;
+}
+
+#[tokio::test]
+async fn row_job_suspended_deletes_and_resume_recreates_with_the_current_size() {
+    every_kind_and_backend(Row::SuspendedAndResumed).await;
+}
+
+#[tokio::test]
+async fn row_job_succeeded_deletes_the_pod_group() {
+    every_kind_and_backend(Row::Finished).await;
+}
+
+#[tokio::test]
+async fn row_job_deleted_lets_the_garbage_collector_remove_the_pod_group() {
+    every_kind_and_backend(Row::JobDeleted).await;
+}
+
+/// Every kind × backend.
+fn combinations() -> Vec<(Kind, Backend)> {
+    KINDS
+        .into_iter()
+        .flat_map(|k| [(k, Backend::SchedulerPlugins), (k, Backend::Volcano)])
+        .collect()
+}
 
 async fn set_mode(client: &Client, ns: &str, mode: &str) {
     let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client.clone());
@@ -241,19 +149,23 @@ async fn toggle(kind: Kind, b: Backend) {
     set_mode(&client, &ns, "dry-run").await;
     let ev = jobs::wait_event(&client, &ns, "t", "WouldCreatePodGroup").await;
     let note = ev.note.as_deref().unwrap_or_default();
-    assert!(note.contains("\"minMember\":2"), "{kind:?}/{b:?}: {note}");
+    let min_member = format!(
+        "\"minMember\":{}",
+        expected_spec_of(kind, b, 1)["minMember"]
+    );
+    assert!(note.contains(&min_member), "{kind:?}/{b:?}: {note}");
     assert!(
         jobs::get_pg(&client, &ns, b, "t").await.is_none(),
         "dry-run wrote a PodGroup"
     );
     set_mode(&client, &ns, "true").await;
     let pg = wait_pg(&client, &ns, b, "t", "namespace turned on again", |_| true).await;
-    assert_eq!(spec(&pg), expected_spec(b, 1), "{kind:?}/{b:?}");
+    assert_eq!(spec(&pg), expected_spec_of(kind, b, 1), "{kind:?}/{b:?}");
 }
 
 #[tokio::test]
 async fn namespace_annotation_off_removes_on_creates_dry_run_only_reports() {
-    futures::future::join_all(COMBINATIONS.map(|(k, b)| toggle(k, b))).await;
+    futures::future::join_all(combinations().into_iter().map(|(k, b)| toggle(k, b))).await;
 }
 
 #[tokio::test]
@@ -324,7 +236,7 @@ async fn conflict(kind: Kind, b: Backend) {
 
 #[tokio::test]
 async fn a_foreign_pod_group_of_the_same_name_is_left_untouched() {
-    futures::future::join_all(COMBINATIONS.map(|(k, b)| conflict(k, b))).await;
+    futures::future::join_all(combinations().into_iter().map(|(k, b)| conflict(k, b))).await;
 }
 
 #[tokio::test]

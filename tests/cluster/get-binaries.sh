@@ -8,6 +8,9 @@
 #
 # usage: get-binaries.sh [core|all]   (core: etcd, kube-apiserver, kube-controller-manager, kubectl)
 set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=../lib.sh
+. "$HERE/../lib.sh"
 
 K8S_VERSION=${K8S_VERSION:-1.34.4}
 ETCD_VERSION=${ETCD_VERSION:-3.6.5}
@@ -26,39 +29,12 @@ mkdir -p "$BIN" "$CRDS" "$PGS_CACHE/src"
 log() { echo "[get-binaries $(date +%H:%M:%S)] $*" >&2; }
 
 # One run at a time per cache (test binaries may start control planes concurrently).
-exec 9>>"$PGS_CACHE/.get-binaries.lock"
-if ! flock -n 9; then
-  log "waiting for another get-binaries.sh run to finish"
-  flock 9
-fi
-
-# modjson MODULE@VERSION FIELD: downloads a module (zip only) and prints one field of its JSON.
-modjson() {
-  (cd /tmp && GOFLAGS='' go mod download -json "$1") |
-    python3 -c "import json,sys; print(json.load(sys.stdin)['$2'])"
-}
-
-# replace_flags GOMOD LOCALVERSION: the wrapper's `go mod edit` flags copying GOMOD's replaces,
-# with local-path replaces turned into the same module at LOCALVERSION.
-replace_flags() {
-  go mod edit -json "$1" | python3 -c '
-import json, sys
-local = sys.argv[1]
-for r in json.load(sys.stdin).get("Replace") or []:
-    o, n = r["Old"], r["New"]
-    old = o["Path"] + ("@" + o["Version"] if o.get("Version") else "")
-    if n.get("Version"):
-        print("-replace=%s=%s@%s" % (old, n["Path"], n["Version"]))
-    else:
-        print("-replace=%s=%s@%s" % (old, o["Path"], local))
-' "$2"
-}
+one_run_at_a_time "$PGS_CACHE/.get-binaries.lock" get-binaries.sh
 
 build_kubernetes() {
   if [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kube-controller-manager" ] && [ -x "$BIN/kubectl" ]; then
     return
   fi
-  local minor=${K8S_VERSION#1.}; minor=${minor%%.*}
   local staging=v0.${K8S_VERSION#1.}
   local w=$PGS_CACHE/src/k8s-v$K8S_VERSION
   log "building kube-apiserver, kube-controller-manager, kubectl v$K8S_VERSION (cold: ~15-30 min on 2 cores)"
@@ -72,9 +48,7 @@ build_kubernetes() {
       -tool=k8s.io/kubernetes/cmd/kube-controller-manager -tool=k8s.io/kubernetes/cmd/kubectl
     log "go mod tidy (downloads ~0.5 GB of modules when cold)"
     go mod tidy
-    local V=k8s.io/component-base/version C=k8s.io/client-go/pkg/version
-    local ldf="-s -w -X $V.gitVersion=v$K8S_VERSION -X $V.gitMajor=1 -X $V.gitMinor=$minor -X $V.gitTreeState=clean"
-    ldf+=" -X $V.buildDate=1970-01-01T00:00:00Z -X $C.gitVersion=v$K8S_VERSION -X $C.gitMajor=1 -X $C.gitMinor=$minor"
+    local ldf; ldf=$(k8s_ldflags "$K8S_VERSION")
     log "go build (this is the slow part)"
     rm -rf "$BIN/.build"; mkdir -p "$BIN/.build"
     go build -trimpath -ldflags "$ldf" -o "$BIN/.build/" k8s.io/kubernetes/cmd/kube-apiserver \

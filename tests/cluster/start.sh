@@ -25,6 +25,9 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+SCRIPT=start.sh
+# shellcheck source=../lib.sh
+. "$HERE/../lib.sh"
 T0=${EPOCHREALTIME/./}
 elapsed() { local us=$(( ${EPOCHREALTIME/./} - T0 )); printf '%d.%d' $(( us / 1000000 )) $(( us / 100000 % 10 )); }
 log() { printf '[start %s +%ss] %s\n' "$(date +%H:%M:%S)" "$(elapsed)" "$*" >&2; }
@@ -48,69 +51,14 @@ START_KCM=${START_KCM:-1}
 
 mkdir -p "$W"
 W=$(cd "$W" && pwd -P)   # absolute: it is written into kubeconfig/env and matched by stop.sh
-if [ -s "$W/pids" ]; then
-  while read -r p; do
-    if [ -n "$p" ] && { tr '\0' '\n' < "/proc/$p/cmdline"; } 2>/dev/null | grep -qF -- "$W"; then
-      echo "start.sh: $W already has a running control plane (PID $p); run stop.sh $W first" >&2
-      exit 1
-    fi
-  done < "$W/pids"
-fi
+refuse_if_running
 rm -rf "$W/pki" "$W/etcd" "$W/pids" "$W/env" "$W/kubeconfig" "$W/reaper.pid" "$W/stop.lock"
 mkdir -p "$W/pki"
 mkdir -m 700 "$W/etcd"
-# This script is listed too while it runs, so that the reaper also ends a start interrupted by the
-# owner's death (it matches when WORK_DIR was given as an absolute path).
-echo $$ > "$W/pids"
-unlist_self() { grep -vx "$$" "$W/pids" > "$W/pids.tmp" || true; mv "$W/pids.tmp" "$W/pids"; }
-
-# --- cleanup on failure -----------------------------------------------------------------------
-STARTED_OK=0
-on_exit() {
-  local rc=$?
-  unlist_self
-  if [ "$STARTED_OK" != 1 ]; then
-    log "start failed (exit $rc); stopping what was started"
-    STOP_IF_IDLE=1 "$HERE/stop.sh" "$W" >&2 || true
-  fi
-}
-trap on_exit EXIT
-trap 'exit 130' INT TERM
-
-# fail COMPONENT MESSAGE: print the message and the tail of WORK_DIR/COMPONENT.log, then exit.
-fail() {
-  echo "start.sh: $1: $2" >&2
-  if [ -f "$W/$1.log" ]; then
-    echo "----- last 40 lines of $W/$1.log -----" >&2
-    tail -n 40 "$W/$1.log" >&2
-    echo "----- end of $1.log -----" >&2
-  fi
-  exit 1
-}
+list_self_until_started
 
 # --- reaper -----------------------------------------------------------------------------------
-# starttime (field 22 of /proc/PID/stat) identifies a process across PID reuse.
-# shellcheck disable=SC2086  # word splitting of the stat fields is intended
-proc_start() { local s; s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; s=${s##*) }; set -- $s; echo "${20}"; }
-if [ -n "$OWNER" ]; then
-  OWNER_START=$(proc_start "$OWNER") || { echo "start.sh: owner PID $OWNER vanished" >&2; exit 2; }
-  # Detached (own session, stdio not inherited) so that it outlives the owner and never keeps the
-  # owner's pipes open. Its argv contains WORK_DIR, which stop.sh relies on.
-  # shellcheck disable=SC2016  # expanded by the reaper's bash
-  setsid bash -c '
-    W=$1 OWNER=$2 OWNER_START=$3 STOP=$4
-    echo $$ > "$W/reaper.pid.tmp" && mv "$W/reaper.pid.tmp" "$W/reaper.pid"
-    alive() { local s; s=$(cat "/proc/$OWNER/stat" 2>/dev/null) || return 1
-              s=${s##*) }; set -- $s; [ "$1" != Z ] && [ "${20}" = "$OWNER_START" ]; }
-    while alive; do sleep 1; done
-    echo "[reaper $(date +%H:%M:%S)] owner $OWNER exited; stopping the control plane"
-    exec "$STOP" "$W"
-  ' pgs-reaper "$W" "$OWNER" "$OWNER_START" "$HERE/stop.sh" </dev/null >>"$W/reaper.log" 2>&1 &
-  for _ in $(seq 100); do [ -s "$W/reaper.pid" ] && break; sleep 0.05; done
-  [ -s "$W/reaper.pid" ] || fail reaper "the reaper did not start"
-  cat "$W/reaper.pid" >> "$W/pids"
-  log "reaper $(cat "$W/reaper.pid") watches owner PID $OWNER"
-fi
+[ -z "$OWNER" ] || start_reaper reaper "the control plane"
 
 # --- binaries and CRDs ------------------------------------------------------------------------
 if [ -n "${PGS_BIN_DIR:-}" ] && [ -n "${PGS_CRDS_DIR:-}" ]; then
@@ -141,11 +89,7 @@ for f in "${CRD_FILES[@]}"; do [ -f "$f" ] || { echo "start.sh: CRD file $f is m
 
 # --- ports and PKI ----------------------------------------------------------------------------
 # Four distinct free loopback ports (all bound at once, then released; a tiny race remains).
-read -r ETCD_PORT ETCD_PEER_PORT API_PORT KCM_PORT < <(python3 -c '
-import socket
-ss = [socket.socket() for _ in range(4)]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in ss])')
+read -r ETCD_PORT ETCD_PEER_PORT API_PORT KCM_PORT < <(free_ports 4)
 ETCD_URL=http://127.0.0.1:$ETCD_PORT
 API_URL=https://127.0.0.1:$API_PORT
 
@@ -193,29 +137,6 @@ contexts:
 current-context: test
 EOF
 chmod 600 "$W/kubeconfig"
-
-# start NAME CMD...: runs CMD detached from our stdio, logging to WORK_DIR/NAME.log; its PID is
-# appended to WORK_DIR/pids and left in STARTED_PID.
-STARTED_PID=
-start() {
-  local name=$1; shift
-  "$@" </dev/null >"$W/$name.log" 2>&1 &
-  STARTED_PID=$!
-  echo "$STARTED_PID" >> "$W/pids"
-}
-alive() { local s; s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; s=${s##*) }; [ "${s%% *}" != Z ]; }
-
-# wait_ready NAME PID CMD...: polls CMD (every 0.2 s) until it succeeds; fails if PID dies or the
-# deadline passes.
-wait_ready() {
-  local name=$1 pid=$2; shift 2
-  local deadline=$(( $(date +%s) + READY_TIMEOUT ))
-  until "$@" >/dev/null 2>&1; do
-    alive "$pid" || { wait "$pid" 2>/dev/null && rc=0 || rc=$?; fail "$name" "exited (status $rc) before becoming ready"; }
-    [ "$(date +%s)" -lt "$deadline" ] || fail "$name" "not ready after ${READY_TIMEOUT}s"
-    sleep 0.2
-  done
-}
 
 # --- etcd -------------------------------------------------------------------------------------
 log "etcd on $ETCD_URL"

@@ -21,6 +21,9 @@
 # plane's k8s 1.34.4 packages): kwok 4 min, scheduler-plugins 3.5 min, volcano 5-10 min,
 # training-operator 2.5 min, mpi-operator 3-5 min; with a warm Go build cache 10-30 s each.
 set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=../lib.sh
+. "$HERE/../lib.sh"
 
 KWOK_VERSION=${KWOK_VERSION:-0.8.0}
 SCHEDULER_PLUGINS_VERSION=${SCHEDULER_PLUGINS_VERSION:-0.34.7}
@@ -51,51 +54,7 @@ log() { echo "[get-e2e-binaries $(date +%H:%M:%S)] $*" >&2; }
 
 # One run at a time per cache. A lock of its own, so a long e2e build never blocks the
 # control-plane tests' get-binaries.sh.
-exec 9>>"$PGS_CACHE/.get-e2e-binaries.lock"
-if ! flock -n 9; then
-  log "waiting for another get-e2e-binaries.sh run to finish"
-  flock 9
-fi
-
-# modjson MODULE@VERSION FIELD: downloads a module (zip only) and prints one field of its JSON.
-modjson() {
-  local out
-  out=$(cd /tmp && GOFLAGS='' go mod download -json "$1") || {
-    echo "$out" >&2; log "the Go module proxy does not serve $1"; return 1; }
-  python3 -c "import json,sys; print(json.load(sys.stdin)['$2'])" <<<"$out"
-}
-
-# replace_flags GOMOD LOCALVERSION [K8S]: `go mod edit` flags copying GOMOD's replace
-# directives; a local-path replace (a nested module of the same repository) becomes that module
-# at LOCALVERSION. With K8S (e.g. 1.34.4), k8s.io/kubernetes is replaced by v$K8S and every
-# k8s.io/* module replaced at v0.<same minor>.* by v0.<K8S minor.patch>.
-replace_flags() {
-  go mod edit -json "$1" | python3 -c '
-import json, sys
-local, pin = sys.argv[1], sys.argv[2]
-for r in json.load(sys.stdin).get("Replace") or []:
-    o, n = r["Old"], r["New"]
-    old = o["Path"] + ("@" + o["Version"] if o.get("Version") else "")
-    if n.get("Version"):
-        ver = n["Version"]
-        if pin and n["Path"] == "k8s.io/kubernetes":
-            ver = "v" + pin
-        elif pin and n["Path"].startswith("k8s.io/") and ver.startswith("v0.%s." % pin.split(".")[1]):
-            ver = "v0." + pin.split(".", 1)[1]
-        print("-replace=%s=%s@%s" % (old, n["Path"], ver))
-    else:
-        print("-replace=%s=%s@%s" % (old, o["Path"], local))
-' "$2" "${3:-}"
-}
-
-# k8s_ldflags K8S_VERSION: the version variables kube-scheduler-based binaries derive their
-# compatibility/emulation version from (a plain build reports v0.0.0-master).
-k8s_ldflags() {
-  local minor=${1#1.}; minor=${minor%%.*}
-  local V=k8s.io/component-base/version C=k8s.io/client-go/pkg/version
-  echo "-s -w -X $V.gitVersion=v$1 -X $V.gitMajor=1 -X $V.gitMinor=$minor -X $V.gitTreeState=clean" \
-       "-X $V.buildDate=1970-01-01T00:00:00Z -X $C.gitVersion=v$1 -X $C.gitMajor=1 -X $C.gitMinor=$minor"
-}
+one_run_at_a_time "$PGS_CACHE/.get-e2e-binaries.lock" get-e2e-binaries.sh
 
 # module_k8s_version GOMOD: the k8s.io/kubernetes version a module's replace (or require) pins.
 module_k8s_version() {

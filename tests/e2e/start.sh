@@ -39,6 +39,9 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+SCRIPT="e2e start.sh"
+# shellcheck source=../lib.sh
+. "$HERE/../lib.sh"
 T0=${EPOCHREALTIME/./}
 elapsed() { local us=$(( ${EPOCHREALTIME/./} - T0 )); printf '%d.%d' $(( us / 1000000 )) $(( us / 100000 % 10 )); }
 log() { printf '[e2e-start %s +%ss] %s\n' "$(date +%H:%M:%S)" "$(elapsed)" "$*" >&2; }
@@ -65,41 +68,11 @@ E2E_LOCK=${E2E_LOCK:-/tmp/podgroup-sync-e2e.lock}
 
 mkdir -p "$W"
 W=$(cd "$W" && pwd -P)
-if [ -s "$W/pids" ]; then
-  while read -r p; do
-    if [ -n "$p" ] && { tr '\0' '\n' < "/proc/$p/cmdline"; } 2>/dev/null | grep -qF -- "$W"; then
-      echo "e2e start.sh: $W already has running components (PID $p); run stop.sh $W first" >&2
-      exit 1
-    fi
-  done < "$W/pids"
-fi
+refuse_if_running
 rm -f "$W/pids" "$W/env" "$W/reaper.pid" "$W/stop.lock"
 cp "$KC" "$W/kubeconfig"; chmod 600 "$W/kubeconfig"
 KC=$W/kubeconfig
-echo $$ > "$W/pids"
-unlist_self() { grep -vx "$$" "$W/pids" > "$W/pids.tmp" || true; mv "$W/pids.tmp" "$W/pids"; }
-
-STARTED_OK=0
-on_exit() {
-  local rc=$?
-  unlist_self
-  if [ "$STARTED_OK" != 1 ]; then
-    log "start failed (exit $rc); stopping what was started"
-    STOP_IF_IDLE=1 "$HERE/stop.sh" "$W" >&2 || true
-  fi
-}
-trap on_exit EXIT
-trap 'exit 130' INT TERM
-
-fail() {
-  echo "e2e start.sh: $1: $2" >&2
-  if [ -f "$W/$1.log" ]; then
-    echo "----- last 40 lines of $W/$1.log -----" >&2
-    tail -n 40 "$W/$1.log" >&2
-    echo "----- end of $1.log -----" >&2
-  fi
-  exit 1
-}
+list_self_until_started
 
 # --- machine-wide lock (fd 8, inherited by every component and the reaper) ---------------------
 exec 8>>"$E2E_LOCK"
@@ -109,25 +82,7 @@ if ! flock -n 8; then
 fi
 
 # --- reaper -----------------------------------------------------------------------------------
-# shellcheck disable=SC2086
-proc_start() { local s; s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; s=${s##*) }; set -- $s; echo "${20}"; }
-if [ -n "$OWNER" ]; then
-  OWNER_START=$(proc_start "$OWNER") || { echo "e2e start.sh: owner PID $OWNER vanished" >&2; exit 2; }
-  # shellcheck disable=SC2016
-  setsid bash -c '
-    W=$1 OWNER=$2 OWNER_START=$3 STOP=$4
-    echo $$ > "$W/reaper.pid.tmp" && mv "$W/reaper.pid.tmp" "$W/reaper.pid"
-    alive() { local s; s=$(cat "/proc/$OWNER/stat" 2>/dev/null) || return 1
-              s=${s##*) }; set -- $s; [ "$1" != Z ] && [ "${20}" = "$OWNER_START" ]; }
-    while alive; do sleep 1; done
-    echo "[e2e-reaper $(date +%H:%M:%S)] owner $OWNER exited; stopping the e2e components"
-    exec "$STOP" "$W"
-  ' pgs-e2e-reaper "$W" "$OWNER" "$OWNER_START" "$HERE/stop.sh" </dev/null >>"$W/reaper.log" 2>&1 &
-  for _ in $(seq 100); do [ -s "$W/reaper.pid" ] && break; sleep 0.05; done
-  [ -s "$W/reaper.pid" ] || fail reaper "the reaper did not start"
-  cat "$W/reaper.pid" >> "$W/pids"
-  log "reaper $(cat "$W/reaper.pid") watches owner PID $OWNER"
-fi
+[ -z "$OWNER" ] || start_reaper e2e-reaper "the e2e components"
 
 # --- binaries ---------------------------------------------------------------------------------
 log "get-e2e-binaries.sh (cold: tens of minutes; warm: a second)"
@@ -148,32 +103,6 @@ fi
 kubectl() { "$CP_BIN/kubectl" --kubeconfig="$KC" "$@"; }
 
 # --- helpers ----------------------------------------------------------------------------------
-free_ports() {  # free_ports N: N distinct free loopback ports
-  python3 -c '
-import socket, sys
-ss = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in ss])' "$1"
-}
-STARTED_PID=
-start() {  # start NAME CMD...: detached, logging to WORK_DIR/NAME.log, PID listed
-  local name=$1; shift
-  "$@" </dev/null >"$W/$name.log" 2>&1 &
-  STARTED_PID=$!
-  echo "$STARTED_PID" >> "$W/pids"
-}
-alive() { local s; s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; s=${s##*) }; [ "${s%% *}" != Z ]; }
-wait_ready() {  # wait_ready NAME PID CMD...: polls CMD until it succeeds; fails if PID dies
-  local name=$1 pid=$2 rc; shift 2
-  local deadline=$(( $(date +%s) + READY_TIMEOUT ))
-  until "$@" >/dev/null 2>&1; do
-    alive "$pid" || { wait "$pid" 2>/dev/null && rc=0 || rc=$?; fail "$name" "exited (status $rc) before becoming ready"; }
-    [ "$(date +%s)" -lt "$deadline" ] || fail "$name" "not ready after ${READY_TIMEOUT}s"
-    sleep 0.3
-  done
-}
-http_ok() { curl -fsS --max-time 3 -o /dev/null "$1"; }
-https_ok() { curl -fsSk --max-time 3 -o /dev/null "$1"; }
 
 read -r KWOK_PORT NKCM_PORT SP_PORT SPC_METRICS SPC_PROBE VC_LISTEN VC_HEALTH VCM_LISTEN \
   VCM_HEALTH TO_METRICS TO_PROBE TO_WEBHOOK < <(free_ports 12)

@@ -22,6 +22,7 @@
 pub mod controller;
 pub mod faults;
 pub mod jobs;
+pub mod lifecycle;
 
 use std::future::Future;
 use std::io::{BufRead, BufReader, Write};
@@ -123,6 +124,23 @@ impl Cluster {
     }
 }
 
+/// A Namespace object named `name` with the given annotations.
+pub fn namespace(name: &str, annotations: &[(&str, &str)]) -> Namespace {
+    Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            annotations: (!annotations.is_empty()).then(|| {
+                annotations
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect()
+            }),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    }
+}
+
 /// Creates a namespace named `<prefix>-<unique suffix>` with the given annotations and returns
 /// its name. `prefix` should be a short DNS label (lower case, digits, '-').
 pub async fn test_namespace(client: &Client, prefix: &str, annotations: &[(&str, &str)]) -> String {
@@ -131,19 +149,7 @@ pub async fn test_namespace(client: &Client, prefix: &str, annotations: &[(&str,
     let prefix = prefix.trim_end_matches('-');
     for _ in 0..5 {
         let name = format!("{prefix}-{}", unique_suffix());
-        let ns = Namespace {
-            metadata: ObjectMeta {
-                name: Some(name.clone()),
-                annotations: (!annotations.is_empty()).then(|| {
-                    annotations
-                        .iter()
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                        .collect()
-                }),
-                ..ObjectMeta::default()
-            },
-            ..Namespace::default()
-        };
+        let ns = namespace(&name, annotations);
         match api.create(&PostParams::default(), &ns).await {
             Ok(_) => return name,
             Err(kube::Error::Api(status)) if status.is_already_exists() => continue,
