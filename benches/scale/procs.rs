@@ -151,19 +151,7 @@ impl Proc {
             .stderr(f)
             .spawn()
             .map_err(|e| err(format!("spawning {name}: {e}")))?;
-        let _ = Command::new("setsid")
-            .args([
-                "bash",
-                "-c",
-                "while kill -0 \"$1\" 2>/dev/null; do sleep 1; done; kill -9 \"$2\" 2>/dev/null",
-                "bench-tether",
-            ])
-            .arg(std::process::id().to_string())
-            .arg(child.id().to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
+        crate::support::controller::tether(child.id());
         Ok(Proc {
             name: name.into(),
             child,

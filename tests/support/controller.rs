@@ -53,20 +53,7 @@ pub fn spawn(cluster: &Cluster, kubeconfig: Option<&std::path::Path>, args: &[&s
         .stderr(log_file)
         .spawn()
         .expect("spawn podgroup-sync");
-    // Tether: kill the controller when this test process goes away, however it ends.
-    let _ = Command::new("setsid")
-        .args([
-            "bash",
-            "-c",
-            "while kill -0 \"$1\" 2>/dev/null; do sleep 1; done; kill -9 \"$2\" 2>/dev/null",
-            "tether",
-        ])
-        .arg(std::process::id().to_string())
-        .arg(child.id().to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn();
+    tether(child.id());
     Controller { child, addr, log }
 }
 
@@ -155,6 +142,24 @@ impl Controller {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Kills process `pid` (with SIGKILL) when this process goes away, however it ends: a detached
+/// watcher that polls this process once a second.
+pub fn tether(pid: u32) {
+    let _ = Command::new("setsid")
+        .args([
+            "bash",
+            "-c",
+            "while kill -0 \"$1\" 2>/dev/null; do sleep 1; done; kill -9 \"$2\" 2>/dev/null",
+            "pgs-tether",
+        ])
+        .arg(std::process::id().to_string())
+        .arg(pid.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
 }
 
 impl Drop for Controller {
