@@ -29,7 +29,6 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -141,22 +140,24 @@ pub fn namespace(name: &str, annotations: &[(&str, &str)]) -> Namespace {
     }
 }
 
-/// Creates a namespace named `<prefix>-<unique suffix>` with the given annotations and returns
-/// its name. `prefix` should be a short DNS label (lower case, digits, '-').
+/// Creates a namespace named `<prefix>-<suffix>` (the API server's `generateName` picks the
+/// suffix) with the given annotations and returns its name. `prefix` should be a short DNS label
+/// (lower case, digits, '-').
 pub async fn test_namespace(client: &Client, prefix: &str, annotations: &[(&str, &str)]) -> String {
     let api: Api<Namespace> = Api::all(client.clone());
     let prefix: String = prefix.to_ascii_lowercase().chars().take(48).collect();
-    let prefix = prefix.trim_end_matches('-');
+    let mut ns = namespace("", annotations);
+    ns.metadata.name = None;
+    ns.metadata.generate_name = Some(format!("{}-", prefix.trim_end_matches('-')));
+    // generateName may collide (409) on a rare suffix clash: try again.
     for _ in 0..5 {
-        let name = format!("{prefix}-{}", unique_suffix());
-        let ns = namespace(&name, annotations);
         match api.create(&PostParams::default(), &ns).await {
-            Ok(_) => return name,
+            Ok(created) => return created.metadata.name.expect("a generated name"),
             Err(kube::Error::Api(status)) if status.is_already_exists() => continue,
-            Err(e) => panic!("creating namespace {name}: {e}"),
+            Err(e) => panic!("creating a namespace named {prefix}-…: {e}"),
         }
     }
-    panic!("could not find a free namespace name for prefix {prefix:?}")
+    panic!("could not create a namespace for prefix {prefix:?}")
 }
 
 /// Polls `f` every 200 ms until it returns `Some`, and returns that value. Panics, naming
@@ -180,30 +181,6 @@ where
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-}
-
-/// 8 base-36 characters from the clock, the process id and a per-process counter.
-fn unique_suffix() -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
-    // splitmix64 finaliser, so that consecutive values do not share a prefix
-    let mut x =
-        nanos ^ (u64::from(std::process::id()) << 32) ^ count.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^= x >> 31;
-    const DIGITS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
-    (0..8)
-        .map(|_| {
-            let d = DIGITS[(x % 36) as usize] as char;
-            x /= 36;
-            d
-        })
-        .collect()
 }
 
 fn cluster_dir() -> PathBuf {
