@@ -32,6 +32,15 @@ impl Mode {
     }
 }
 
+/// A backend annotation that names no backend, and where it was set.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{place} {key}={value:?} names no known backend (scheduler-plugins, volcano)", key = BACKEND_ANNOTATION)]
+pub struct UnknownBackend {
+    /// "job annotation" or "namespace annotation".
+    pub place: &'static str,
+    pub value: String,
+}
+
 /// Enablement settings (flags).
 #[derive(Debug, Clone)]
 pub struct Enablement {
@@ -71,11 +80,14 @@ impl Enablement {
         job: &Job,
         ns_annotations: Option<&BTreeMap<String, String>>,
         opts: &BackendOptions,
-    ) -> Result<(BackendKind, &'static str), String> {
+    ) -> Result<(BackendKind, &'static str), UnknownBackend> {
         let pick = |value: &str, place: &'static str| {
             BackendKind::parse(value)
                 .map(|b| (b, place))
-                .ok_or_else(|| format!("{place} {BACKEND_ANNOTATION}={value:?} names no known backend (scheduler-plugins, volcano)"))
+                .ok_or_else(|| UnknownBackend {
+                    place,
+                    value: value.to_string(),
+                })
         };
         if let Some(v) = job.annotations.get(BACKEND_ANNOTATION) {
             return pick(v, "job annotation");

@@ -107,7 +107,7 @@ pub fn explain(
         Some(b) => (b, "--backend"),
         None => enablement
             .backend(&job, None, opts)
-            .map_err(ExplainError::Backend)?,
+            .map_err(|e| ExplainError::Backend(e.to_string()))?,
     };
     let b = backend_kind.backend();
     // Offline, every PriorityClass is taken to exist.

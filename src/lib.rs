@@ -1,10 +1,12 @@
 //! podgroup-sync: gang-scheduling PodGroups for Kubeflow training jobs.
 //!
-//! Data flows one way: a watched job → [`job`] (normalised, pure) → [`gang`] (minMember and
-//! minResources, pure) → [`backend`] (the desired PodGroup, pure) → [`reconcile`] (apply or
-//! delete, the only I/O that writes) → [`events`] and [`metrics`]. [`watch`] feeds the caches and
-//! the reconcile queue so that nothing is lost across a fault; [`liveness`] says when a cache is
-//! not fresh.
+//! Data flows one way: a watched job → [`job`] (normalised, pure; each kind's rules in
+//! [`kinds`]) → [`gang`] (minMember and minResources, pure) → [`backend`] (the desired PodGroup,
+//! pure) → [`plan`] (what to delete, write and report, pure) → [`reconcile`] (carries the plan
+//! out: the only I/O that writes) → [`events`] and [`metrics`]. [`discovery`] says which CRDs are
+//! served and [`running`] starts and stops the watches to match; [`watch`] feeds the [`caches`]
+//! and the reconcile queue so that nothing is lost across a fault; [`liveness`] says when a
+//! cache is not fresh; [`controller`] wires it all.
 
 pub mod backend;
 pub mod caches;

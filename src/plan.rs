@@ -291,7 +291,7 @@ fn plan_active(input: &Input, mode: Mode, job: &Job, gang: &Gang) -> Plan {
             Err(msg) => {
                 let mut plan = Plan::new(Outcome::Invalid);
                 plan.tallies.push(Tally::Invalid("InvalidBackend"));
-                plan.events.push((Reason::InvalidBackend, msg));
+                plan.events.push((Reason::InvalidBackend, msg.to_string()));
                 return plan;
             }
         };

@@ -99,17 +99,7 @@ pub fn start(cluster: &Cluster, kubeconfig: Option<&std::path::Path>, args: &[&s
 impl Controller {
     /// A plain HTTP/1.0 GET; `(status code, body)`.
     pub fn get(&self, path: &str) -> Option<(u16, String)> {
-        let mut s = TcpStream::connect_timeout(&self.addr, Duration::from_secs(2)).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
-        let mut buf = String::new();
-        s.read_to_string(&mut buf).ok()?;
-        let code = buf.split_whitespace().nth(1)?.parse().ok()?;
-        let body = buf
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default();
-        Some((code, body))
+        http_get(self.addr, path)
     }
 
     pub fn metrics(&self) -> String {
@@ -167,6 +157,22 @@ impl Drop for Controller {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A plain HTTP/1.0 GET on loopback: `(status code, body)`; `None` when it cannot connect or
+/// the answer does not come within 10 s.
+pub fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let code = buf.split_whitespace().nth(1)?.parse().ok()?;
+    let body = buf
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Some((code, body))
 }
 
 /// Sum of the samples of `name` in a Prometheus text exposition whose labels include `labels`.
