@@ -81,12 +81,6 @@ pub struct Changes {
     pub stop_kinds: Vec<&'static JobKind>,
 }
 
-impl Changes {
-    pub fn is_empty(&self) -> bool {
-        *self == Changes::default()
-    }
-}
-
 /// The difference between what runs and what is served. Backends and kinds keep the order of
 /// their tables. Computed against what *runs* rather than the last discovery, so a cache that
 /// could not start is tried again at the next discovery.
@@ -127,7 +121,7 @@ mod tests {
     #[test]
     fn nothing_changed_is_no_change() {
         let s = served(&[&PYTORCHJOB], &[BackendKind::Volcano]);
-        assert!(changes(&s, &s).is_empty());
+        assert_eq!(changes(&s, &s), Changes::default());
     }
 
     #[test]

@@ -401,7 +401,6 @@ fn with_write(
     gang: &Gang,
 ) -> Plan {
     if let Some((_, message)) = input.refused.filter(|(o, _)| *o == body) {
-        plan.valid = false;
         plan.add_invalid(&InvalidJob::RefusedByApiServer(message.clone()));
         return plan;
     }
@@ -1004,9 +1003,7 @@ mod tests {
 
     #[test]
     fn rule_3_an_invalid_job_gets_an_invalid_spec_event_and_no_write() {
-        let mut j = job(0);
-        j["apiVersion"] = json!("kubeflow.org/v1");
-        let p = managed(&j, &Cached::serving_both());
+        let p = managed(&job(0), &Cached::serving_both());
         assert_eq!((&p.write, p.outcome), (&None, Outcome::Invalid));
         assert_eq!(reasons(&p), vec![Reason::InvalidSpec]);
         assert_eq!(p.tallies, vec![Tally::Invalid("ZeroReplicas")]);

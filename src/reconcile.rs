@@ -19,7 +19,7 @@ use kube::{Api, Client, Resource, ResourceExt, api::DynamicObject};
 use serde_json::Value;
 use tracing::{debug, info, warn};
 
-use crate::backend::{BackendKind, BackendOptions, Phase};
+use crate::backend::{BackendOptions, Phase};
 use crate::caches::Caches;
 use crate::enablement::Enablement;
 use crate::events::{EventError, Events, Reason};
@@ -389,7 +389,7 @@ async fn apply(ctx: &Context, namespace: &str, write: &Write) -> Result<(), Erro
 /// Deletes one PodGroup with its UID as a precondition, so a PodGroup recreated meanwhile (for a
 /// new job of the same name) is never hit.
 async fn delete_pod_group(ctx: &Context, namespace: &str, delete: &Delete) -> Result<(), Error> {
-    let backend: BackendKind = delete.backend;
+    let backend = delete.backend;
     let api: Api<DynamicObject> = Api::namespaced_with(
         ctx.client.clone(),
         namespace,

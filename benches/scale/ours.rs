@@ -74,14 +74,7 @@ impl Bench {
         p.process = Some(stats);
         p.cpu_s = Some(round(stats.cpu_s - cpu0, 2));
         p.extra.insert("ready_s".into(), json!(secs(ready)));
-        p.extra.insert(
-            "controller_podgroup_writes".into(),
-            json!(metric_sum(
-                &metrics,
-                "podgroup_sync_podgroup_writes_total",
-                &[]
-            )),
-        );
+        controller_counts(&mut p, &metrics);
         p.extra.insert(
             "controller_reconciles".into(),
             json!(metric_sum(&metrics, "podgroup_sync_reconcile_total", &[])),
@@ -93,10 +86,6 @@ impl Bench {
                 "podgroup_sync_reconcile_total",
                 &[("result", "error")]
             )),
-        );
-        p.extra.insert(
-            "controller_events".into(),
-            json!(metric_sum(&metrics, "podgroup_sync_events_total", &[])),
         );
         log!("podgroup-sync, burst: peak RSS {} MiB", stats.hwm_mib);
         let wrong = verify_pod_groups(client, &created, check, true).await?;
@@ -168,18 +157,7 @@ impl Bench {
             .insert("reconciles_settled_s".into(), json!(secs(settled)));
         p.extra
             .insert("controller_reconciles".into(), json!(last.0));
-        p.extra.insert(
-            "controller_podgroup_writes".into(),
-            json!(metric_sum(
-                &metrics,
-                "podgroup_sync_podgroup_writes_total",
-                &[]
-            )),
-        );
-        p.extra.insert(
-            "controller_events".into(),
-            json!(metric_sum(&metrics, "podgroup_sync_events_total", &[])),
-        );
+        let controller_writes = controller_counts(&mut p, &metrics);
         p.extra.insert(
             "event_writes".into(),
             json!(d.sum(|v, r, _| r.starts_with("events") && WRITE_VERBS.contains(&v))),
@@ -193,7 +171,6 @@ impl Bench {
                 self.converge_timeout()
             ));
         }
-        let controller_writes = metric_sum(&metrics, "podgroup_sync_podgroup_writes_total", &[]);
         if p.podgroup_writes != 0.0 || controller_writes != 0.0 {
             self.fail(format!(
                 "podgroup-sync restart: {} PodGroup writes at the API server ({controller_writes} by the controller's count); must be 0",
@@ -254,6 +231,19 @@ impl Bench {
         self.conclude(p, ok, wrong);
         Ok(ctl)
     }
+}
+
+/// Records the controller's own count of its PodGroup writes and Events in the phase; returns
+/// the writes.
+fn controller_counts(p: &mut Phase, metrics: &str) -> f64 {
+    let writes = metric_sum(metrics, "podgroup_sync_podgroup_writes_total", &[]);
+    p.extra
+        .insert("controller_podgroup_writes".into(), json!(writes));
+    p.extra.insert(
+        "controller_events".into(),
+        json!(metric_sum(metrics, "podgroup_sync_events_total", &[])),
+    );
+    writes
 }
 
 /// What the phases of one contender share: its control plane, client, PodGroup watch and check.

@@ -36,35 +36,14 @@ impl Window {
         })
     }
 
-    /// The phase as of the counters `after`: timing from the creates and the watch (for a
-    /// `backlog`, every job's latency counts from the start), requests less the benchmark's own
-    /// `bench_posts`.
-    pub(crate) fn phase(
-        &self,
-        after: &Requests,
-        created: &[Created],
-        watch: &PgWatch,
-        backlog: bool,
-        bench_posts: f64,
-    ) -> Phase {
-        let mut p = Phase::new(self.name, self.jobs);
-        p.timing(
-            self.t0,
-            created,
-            &watch.records(),
-            backlog.then_some(self.t0),
-        );
-        p.requests(&self.since(after), bench_posts);
-        p.window_len_s = self.t0.elapsed().as_secs_f64();
-        p
-    }
-
     /// The requests between the opening and `after`.
     pub(crate) fn since(&self, after: &Requests) -> Requests {
         after.since(&self.before)
     }
 
-    /// Reads the counters now and fills the phase.
+    /// Reads the counters again and fills the phase: timing from the creates and the watch (for
+    /// a `backlog`, every job's latency counts from the start), requests less the benchmark's own
+    /// `bench_posts`.
     pub(crate) async fn close(
         &self,
         client: &Client,
@@ -74,7 +53,16 @@ impl Window {
         bench_posts: f64,
     ) -> Res<Phase> {
         let after = Requests::scrape(client).await?;
-        Ok(self.phase(&after, created, watch, backlog, bench_posts))
+        let mut p = Phase::new(self.name, self.jobs);
+        p.timing(
+            self.t0,
+            created,
+            &watch.records(),
+            backlog.then_some(self.t0),
+        );
+        p.requests(&self.since(&after), bench_posts);
+        p.window_len_s = self.t0.elapsed().as_secs_f64();
+        Ok(p)
     }
 }
 
