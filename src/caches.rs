@@ -12,7 +12,8 @@ use kube::api::DynamicObject;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::backend::BackendKind;
-use crate::job::InvalidJob;
+use crate::gang::Priorities;
+use crate::job::{InvalidJob, JobKind};
 use crate::plan::PodGroups;
 use crate::resources::AdmissionDefaults;
 
@@ -27,6 +28,21 @@ pub struct Caches {
     pub pod_groups: Arc<RwLock<BTreeMap<BackendKind, Store<DynamicObject>>>>,
     /// The cached PodGroups by the UID of the job that controls them.
     pub owned: OwnedIndex,
+    /// The job cache of each watched kind (read by the pod-link webhook).
+    pub jobs: JobStores,
+}
+
+/// The job cache of each watched kind and version.
+pub type JobStores = Arc<RwLock<BTreeMap<(&'static str, &'static str), Store<DynamicObject>>>>;
+
+/// What the job caches say about one job.
+#[derive(Debug)]
+pub enum CachedJob {
+    /// The kind is not watched (its CRD is not served, or discovery has not started it yet).
+    KindNotWatched,
+    /// Watched, but the cache holds no such job (yet).
+    Absent,
+    Found(Arc<DynamicObject>),
 }
 
 /// PodGroups by the UID of their controller, kept by the PodGroup reflectors, so that a
@@ -100,8 +116,31 @@ impl OwnedIndex {
 }
 
 impl Caches {
+    /// The cached job of `kind` with this namespace and name.
+    pub fn job(&self, kind: &JobKind, namespace: &str, name: &str) -> CachedJob {
+        let Some(store) = self
+            .jobs
+            .read()
+            .expect("lock")
+            .get(&(kind.kind, kind.version))
+            .cloned()
+        else {
+            return CachedJob::KindNotWatched;
+        };
+        let key = ObjectRef::new_with(name, kind.api_resource()).within(namespace);
+        match store.get(&key) {
+            Some(job) => CachedJob::Found(job),
+            None => CachedJob::Absent,
+        }
+    }
+
     pub fn pod_group_store(&self, backend: BackendKind) -> Option<Store<DynamicObject>> {
         self.pod_groups.read().expect("lock").get(&backend).cloned()
+    }
+
+    /// The PriorityClasses as the gang computation reads them.
+    pub fn priorities(&self) -> Priorities {
+        Priorities::from_classes(self.priority_classes.state().iter().map(|p| p.as_ref()))
     }
 
     pub fn admission_defaults(&self, namespace: &str) -> Result<AdmissionDefaults, InvalidJob> {

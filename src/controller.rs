@@ -78,6 +78,8 @@ pub struct Signals {
     pub shutdown: watch::Receiver<bool>,
     /// Reconciles in progress (for liveness).
     pub in_flight: Arc<crate::liveness::InFlight>,
+    /// Receives the caches once they synced (the pod-link webhook reads them).
+    pub caches: watch::Sender<Option<Caches>>,
 }
 
 /// The context caches every reconcile reads.
@@ -161,6 +163,7 @@ impl ContextCaches {
             runtime_classes: self.runtime_classes,
             pod_groups: Default::default(),
             owned: Default::default(),
+            jobs: Default::default(),
         };
         Ok(Some((caches, self.tasks)))
     }
@@ -204,6 +207,7 @@ pub async fn run(
         heartbeat,
         mut shutdown,
         in_flight,
+        caches: caches_out,
     } = signals;
     let liveness = readiness.liveness().clone();
     let (triggers, _) = broadcast::channel::<Trigger>(16_384);
@@ -220,6 +224,7 @@ pub async fn run(
         leading.clone(),
         in_flight,
     ));
+    let _ = caches_out.send(Some(caches.clone()));
     remember_published_events(&client, &ctx).await;
     tasks.push(spawn_leader_trigger(leading, triggers.clone()));
 

@@ -9,6 +9,7 @@ use crate::enablement::{Enablement, Mode};
 use crate::gang::{self, MinResources, Priorities};
 use crate::job::{self, JobKind};
 use crate::resources::AdmissionDefaults;
+use crate::webhook::link::{self, PodView};
 
 /// Why `explain` could not produce a PodGroup.
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +60,48 @@ fn describe_min_resources(out: &mut String, gang: &gang::Gang) {
                 .unwrap_or_default(),
             request.join(", ")
         );
+    }
+}
+
+/// What the pod-link webhook adds to the pods of each replica template (SPEC §8).
+fn describe_webhook(
+    out: &mut String,
+    b: &dyn backend::PodGroupBackend,
+    job: &job::Job,
+    name: &str,
+    opts: &BackendOptions,
+) {
+    let _ = writeln!(
+        out,
+        "# pod-link webhook (--webhook, namespace in mode true) adds to the pods of:"
+    );
+    for r in &job.replicas {
+        let meta = r.template.metadata.as_ref();
+        let view = PodView {
+            labels: meta.and_then(|m| m.labels.as_ref()),
+            annotations: meta.and_then(|m| m.annotations.as_ref()),
+            owner_references: &[],
+            scheduler_name: r
+                .template
+                .spec
+                .as_ref()
+                .and_then(|s| s.scheduler_name.as_deref()),
+        };
+        let what = if r.replica_type == "Launcher" && job.launcher_waits_for_workers {
+            "nothing (the launcher is outside the gang: launcherCreationPolicy WaitForWorkersReady)"
+                .to_string()
+        } else {
+            let added: Vec<String> = link::additions(b, &view, name, opts)
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            if added.is_empty() {
+                "nothing (linked by the template)".to_string()
+            } else {
+                added.join(", ")
+            }
+        };
+        let _ = writeln!(out, "#   {}: {what}", r.replica_type);
     }
 }
 
@@ -131,8 +174,12 @@ pub fn explain(
     for w in gang.warnings.iter().chain(name_warnings.iter()) {
         let _ = writeln!(out, "# warning: {w}");
     }
-    for m in backend::missing_links(b, &job, &name, opts) {
-        let _ = writeln!(out, "# warning: MissingPodGroupLink: {m}");
+    describe_webhook(&mut out, b, &job, &name, opts);
+    for m in backend::missing_links(b, &job, &name, opts, false) {
+        let _ = writeln!(
+            out,
+            "# warning (without the webhook): MissingPodGroupLink: {m}"
+        );
     }
     out.push_str(
         &serde_yaml_ng::to_string(&object).map_err(|e| ExplainError::Parse(e.to_string()))?,
@@ -186,6 +233,42 @@ mod tests {
             assert_eq!(pg["spec"]["minMember"], min_member, "{kind}");
             assert_eq!(pg["spec"]["minResources"], min_resources, "{kind}");
         }
+    }
+
+    #[test]
+    fn explain_says_what_the_webhook_adds_to_each_templates_pods() {
+        let out = explain(
+            include_str!("../examples/pytorchjob.yaml"),
+            None,
+            &BackendOptions::default(),
+        )
+        .unwrap();
+        let lines: Vec<&str> = out
+            .lines()
+            .skip_while(|l| !l.starts_with("# pod-link webhook"))
+            .skip(1)
+            .take(2)
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "#   Master: schedulerName: scheduler-plugins-scheduler",
+                "#   Worker: schedulerName: scheduler-plugins-scheduler",
+            ],
+            "{out}"
+        );
+        let bare = include_str!("../examples/pytorchjob.yaml")
+            .replace("scheduling.x-k8s.io/pod-group", "example.com/unrelated");
+        let out = explain(
+            &bare,
+            Some(BackendKind::Volcano),
+            &BackendOptions::default(),
+        )
+        .unwrap();
+        assert!(
+            out.contains("#   Worker: annotation scheduling.k8s.io/group-name: pytorch-demo, schedulerName: volcano"),
+            "{out}"
+        );
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! out: the only I/O that writes) → [`events`] and [`metrics`]. [`discovery`] says which CRDs are
 //! served and [`running`] starts and stops the watches to match; [`watch`] feeds the [`caches`]
 //! and the reconcile queue so that nothing is lost across a fault; [`liveness`] says when a
-//! cache is not fresh; [`controller`] wires it all.
+//! cache is not fresh; [`controller`] wires it all. The pod-link [`webhook`] answers pod admissions from the same
+//! caches, through the same backend choice and PodGroup name.
 
 pub mod backend;
 pub mod caches;
@@ -30,3 +31,4 @@ pub mod resources;
 pub mod running;
 pub mod trigger;
 pub mod watch;
+pub mod webhook;

@@ -20,6 +20,7 @@ use podgroup_sync::leader::{self, LeaseConfig};
 use podgroup_sync::liveness::InFlight;
 use podgroup_sync::metrics::Metrics;
 use podgroup_sync::reconcile::{ResizePolicy, Settings};
+use podgroup_sync::webhook;
 
 /// Gang-scheduling PodGroups for Kubeflow training jobs (PyTorchJob, TFJob, MPIJob, XGBoostJob,
 /// PaddleJob, JAXJob), owned by a standalone controller, for scheduler-plugins coscheduling and
@@ -62,6 +63,15 @@ struct BackendArgs {
     /// (unset: omitted, so the plugin's permitWaitingTimeSeconds applies).
     #[arg(long, env = "PODGROUP_SYNC_DEFAULT_SCHEDULE_TIMEOUT_SECONDS")]
     default_schedule_timeout_seconds: Option<i32>,
+    /// The schedulerName the pod-link webhook gives coscheduling pods that ask for the default
+    /// scheduler (the scheduler-plugins chart's second scheduler); empty when coscheduling runs
+    /// in the default scheduler. Volcano pods get --volcano-scheduler-name.
+    #[arg(
+        long,
+        env = "PODGROUP_SYNC_LINK_COSCHEDULING_SCHEDULER_NAME",
+        default_value = "scheduler-plugins-scheduler"
+    )]
+    link_coscheduling_scheduler_name: String,
 }
 
 impl BackendArgs {
@@ -70,6 +80,8 @@ impl BackendArgs {
             coscheduling_scheduler_names: self.coscheduling_scheduler_names.clone(),
             volcano_scheduler_name: self.volcano_scheduler_name.clone(),
             default_schedule_timeout_seconds: self.default_schedule_timeout_seconds,
+            link_coscheduling_scheduler_name: Some(self.link_coscheduling_scheduler_name.clone())
+                .filter(|s| !s.is_empty()),
         }
     }
 }
@@ -148,6 +160,8 @@ struct RunArgs {
     log_format: LogFormat,
     #[command(flatten)]
     leader: LeaderArgs,
+    #[command(flatten)]
+    webhook: WebhookArgs,
     /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then the in-cluster service account).
     #[arg(long, env = "PODGROUP_SYNC_KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
@@ -193,6 +207,44 @@ struct LeaderArgs {
     /// Identity written into the Lease (default: $POD_NAME, else hostname and process id).
     #[arg(long = "leader-elect-identity", env = "POD_NAME")]
     identity: Option<String>,
+}
+
+#[derive(Args, Debug, Clone)]
+struct WebhookArgs {
+    /// Serve the pod-link admission webhook (zero-touch: pods of managed jobs get their PodGroup
+    /// link and scheduler at creation, so job templates need none). Every replica serves it.
+    #[arg(long = "webhook", env = "PODGROUP_SYNC_WEBHOOK")]
+    enabled: bool,
+    /// HTTPS address of the webhook (path /pod-link).
+    #[arg(
+        long = "webhook-addr",
+        env = "PODGROUP_SYNC_WEBHOOK_ADDR",
+        default_value = "0.0.0.0:9443"
+    )]
+    addr: SocketAddr,
+    /// The webhook's serving certificate (PEM chain); re-read when it changes.
+    #[arg(
+        long = "webhook-cert-file",
+        env = "PODGROUP_SYNC_WEBHOOK_CERT_FILE",
+        default_value = "/etc/podgroup-sync/webhook/tls.crt"
+    )]
+    cert_file: PathBuf,
+    /// The webhook's private key (PEM); re-read when it changes.
+    #[arg(
+        long = "webhook-key-file",
+        env = "PODGROUP_SYNC_WEBHOOK_KEY_FILE",
+        default_value = "/etc/podgroup-sync/webhook/tls.key"
+    )]
+    key_file: PathBuf,
+    /// Milliseconds an admission waits for a job that its operator saw before our cache did
+    /// (then the pod is admitted unlinked, logged and counted as owner_not_cached). Keep it
+    /// below the webhook configuration's timeoutSeconds.
+    #[arg(
+        long = "webhook-owner-wait-ms",
+        env = "PODGROUP_SYNC_WEBHOOK_OWNER_WAIT_MS",
+        default_value_t = 2000
+    )]
+    owner_wait_ms: u64,
 }
 
 #[derive(Args, Debug)]
@@ -308,6 +360,7 @@ fn settings(args: &RunArgs) -> Settings {
         resize: args.resize,
         keep_finished: args.keep_finished,
         gang_wait_warning: Duration::from_secs(args.gang_wait_warning_seconds),
+        webhook: args.webhook.enabled,
     }
 }
 
@@ -359,6 +412,10 @@ async fn controller_main(args: RunArgs) -> Result<(), Box<dyn std::error::Error>
     tokio::spawn(http::serve(listener, health));
 
     let settings = settings(&args);
+    let (caches_tx, caches_rx) = watch::channel(None);
+    if args.webhook.enabled {
+        start_webhook(&args.webhook, &settings, caches_rx, &metrics).await?;
+    }
     let events = Events::new(
         client.clone(),
         std::env::var("POD_NAME").ok(),
@@ -404,6 +461,7 @@ async fn controller_main(args: RunArgs) -> Result<(), Box<dyn std::error::Error>
             heartbeat,
             shutdown: shutdown_rx,
             in_flight,
+            caches: caches_tx,
         },
     );
     match election {
@@ -427,6 +485,33 @@ async fn controller_main(args: RunArgs) -> Result<(), Box<dyn std::error::Error>
             }
         }
     }
+    Ok(())
+}
+
+/// Binds the webhook's port, starts reading its certificate files and serves it.
+async fn start_webhook(
+    args: &WebhookArgs,
+    settings: &Settings,
+    caches: watch::Receiver<Option<podgroup_sync::caches::Caches>>,
+    metrics: &Metrics,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let listener = tokio::net::TcpListener::bind(args.addr).await?;
+    let tls = Arc::new(webhook::tls::Reloading::default());
+    let files = webhook::tls::CertFiles {
+        cert: args.cert_file.clone(),
+        key: args.key_file.clone(),
+    };
+    tokio::spawn(
+        tls.clone()
+            .watch(files, webhook::tls::TlsMetrics::new(&metrics.registry)),
+    );
+    let admission = Arc::new(webhook::Admission {
+        caches,
+        settings: settings.clone(),
+        owner_wait: Duration::from_millis(args.owner_wait_ms),
+        metrics: webhook::admit::AdmissionMetrics::new(&metrics.registry),
+    });
+    tokio::spawn(webhook::serve(listener, tls, admission));
     Ok(())
 }
 

@@ -322,7 +322,7 @@ fn plan_active(input: &Input, mode: Mode, job: &Job, gang: &Gang) -> Plan {
         plan.events
             .push((Reason::GangSpecWarning, warnings.join("; ")));
     }
-    let missing = backend::missing_links(backend, job, &name, opts);
+    let missing = backend::missing_links(backend, job, &name, opts, input.settings.webhook);
     if !missing.is_empty() {
         plan.events.push((
             Reason::MissingPodGroupLink,
@@ -558,6 +558,7 @@ mod tests {
             resize: ResizePolicy::Always,
             keep_finished: false,
             gang_wait_warning: Duration::from_secs(300),
+            webhook: false,
         }
     }
 
@@ -982,6 +983,32 @@ mod tests {
         let p = managed(&j, &Cached::serving_both());
         assert!(p.write.is_some());
         assert_eq!(reasons(&p), vec![Reason::MissingPodGroupLink]);
+    }
+
+    #[test]
+    fn rule_8_with_the_webhook_on_templates_without_links_are_expected() {
+        let mut j = job(2);
+        j["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"] = json!({});
+        let s = Settings {
+            webhook: true,
+            ..settings()
+        };
+        let p = plan_with(&j, Some(&annotations("true")), &Cached::serving_both(), &s);
+        assert!(p.write.is_some());
+        assert_eq!(reasons(&p), vec![], "{:?}", p.events);
+        // A schedulerName that does not reach the backend is still reported: the webhook never
+        // changes one the pod asks for.
+        j["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["schedulerName"] =
+            json!("my-scheduler");
+        let p = plan_with(&j, Some(&annotations("true")), &Cached::serving_both(), &s);
+        assert_eq!(reasons(&p), vec![Reason::MissingPodGroupLink]);
+        assert!(
+            p.events[0]
+                .1
+                .contains("Worker: schedulerName \"my-scheduler\""),
+            "{}",
+            p.events[0].1
+        );
     }
 
     #[test]

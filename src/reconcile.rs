@@ -23,7 +23,6 @@ use crate::backend::{BackendOptions, Phase};
 use crate::caches::Caches;
 use crate::enablement::Enablement;
 use crate::events::{EventError, Events, Reason};
-use crate::gang::Priorities;
 use crate::job::{InvalidJob, JobKind};
 use crate::liveness::InFlight;
 use crate::metrics::Metrics;
@@ -55,6 +54,8 @@ pub struct Settings {
     pub keep_finished: bool,
     /// How long a scheduler-plugins PodGroup may stay Pending/Scheduling before an Event says so.
     pub gang_wait_warning: Duration,
+    /// The pod-link webhook links pods (SPEC §8): templates without links are expected.
+    pub webhook: bool,
 }
 
 /// Shared by every job kind's controller.
@@ -218,13 +219,7 @@ pub async fn reconcile(
 fn plan_for(obj: &DynamicObject, ctx: &Context, kind: &'static JobKind) -> Plan {
     let namespace = obj.namespace().unwrap_or_default();
     let ns = ctx.caches.namespaces.get(&ObjectRef::new(&namespace));
-    let priorities = Priorities::from_classes(
-        ctx.caches
-            .priority_classes
-            .state()
-            .iter()
-            .map(|p| p.as_ref()),
-    );
+    let priorities = ctx.caches.priorities();
     let defaults = ctx.caches.admission_defaults(&namespace);
     let refused = ctx.refusal(&obj.uid().unwrap_or_default());
     plan::plan(&Input {

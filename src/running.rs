@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use futures::{StreamExt, future};
 use kube::api::DynamicObject;
-use kube::discovery::ApiResource;
 use kube::runtime::controller::{self as runtime_controller, Controller};
 use kube::runtime::reflector;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -176,7 +175,7 @@ impl Running {
     }
 
     fn start_kind(&mut self, kind: &'static JobKind) {
-        let h = spawn_kind_controller(
+        let (h, store) = spawn_kind_controller(
             self.client.clone(),
             kind,
             self.ctx.clone(),
@@ -186,10 +185,20 @@ impl Running {
             &self.liveness,
         );
         self.kinds.insert((kind.kind, kind.version), h);
+        self.caches
+            .jobs
+            .write()
+            .expect("lock")
+            .insert((kind.kind, kind.version), store);
         info!(kind = kind.kind, version = kind.version, "watching jobs");
     }
 
     fn stop_kind(&mut self, kind: &'static JobKind) {
+        self.caches
+            .jobs
+            .write()
+            .expect("lock")
+            .remove(&(kind.kind, kind.version));
         self.liveness.retire(&kind_resource(kind));
         if let Some(h) = self.kinds.remove(&(kind.kind, kind.version)) {
             h.abort();
@@ -259,14 +268,8 @@ fn spawn_kind_controller(
     concurrency: u16,
     mut shutdown: watch::Receiver<bool>,
     liveness: &Liveness,
-) -> JoinHandle<()> {
-    let ar = ApiResource {
-        group: kind.group.into(),
-        version: kind.version.into(),
-        api_version: kind.api_version(),
-        kind: kind.kind.into(),
-        plural: kind.plural.into(),
-    };
+) -> (JoinHandle<()>, reflector::Store<DynamicObject>) {
+    let ar = kind.api_resource();
     let api: Api<DynamicObject> = Api::all_with(client, &ar);
     let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
     let jobs = writer.as_reader();
@@ -296,12 +299,12 @@ fn spawn_kind_controller(
         .with_config(runtime_controller::Config::default().concurrency(concurrency))
         .trigger_backoff(WatchBackoff::default());
     let controller = controller
-        .reconcile_on(job_refs(triggers, jobs, kind, ar))
+        .reconcile_on(job_refs(triggers, jobs.clone(), kind, ar))
         .graceful_shutdown_on(async move {
             let _ = shutdown.wait_for(|stop| *stop).await;
         });
     let metrics = ctx.metrics.clone();
-    tokio::spawn(async move {
+    let handle = tokio::spawn(async move {
         let _guard = probe.task_guard();
         controller
             .run(
@@ -316,7 +319,8 @@ fn spawn_kind_controller(
                 future::ready(())
             })
             .await;
-    })
+    });
+    (handle, jobs)
 }
 
 /// Logs and counts what a job controller's run stream reports besides success. Reconcile

@@ -74,6 +74,9 @@ pub struct BackendOptions {
     pub volcano_scheduler_name: String,
     /// scheduler-plugins `scheduleTimeoutSeconds` when the job sets none.
     pub default_schedule_timeout_seconds: Option<i32>,
+    /// The `schedulerName` the pod-link webhook gives coscheduling pods that ask for the default
+    /// scheduler; `None` when coscheduling runs in the default scheduler.
+    pub link_coscheduling_scheduler_name: Option<String>,
 }
 
 impl Default for BackendOptions {
@@ -85,8 +88,16 @@ impl Default for BackendOptions {
             ],
             volcano_scheduler_name: "volcano".into(),
             default_schedule_timeout_seconds: None,
+            link_coscheduling_scheduler_name: Some("scheduler-plugins-scheduler".into()),
         }
     }
+}
+
+/// Where a pod carries its PodGroup link: a label or an annotation with this key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkKey {
+    Label(&'static str),
+    Annotation(&'static str),
 }
 
 /// PodGroup phases of both backends, in one label set.
@@ -145,8 +156,20 @@ pub trait PodGroupBackend: Sync {
     /// The PodGroup name a replica template links its pods to, if it carries the link.
     fn template_link<'a>(&self, template: &'a PodTemplateSpec) -> Option<&'a str>;
 
+    /// Where a pod carries its link to a PodGroup.
+    fn link_key(&self) -> LinkKey;
+
     /// What to add to a template so its pods join PodGroup `name`.
-    fn link_instruction(&self, name: &str) -> String;
+    fn link_instruction(&self, name: &str) -> String {
+        match self.link_key() {
+            LinkKey::Label(key) => format!("label {key}: {name}"),
+            LinkKey::Annotation(key) => format!("annotation {key}: {name}"),
+        }
+    }
+
+    /// The `schedulerName` the pod-link webhook gives pods that ask for the default scheduler
+    /// (`None`: the default scheduler reaches this backend).
+    fn link_scheduler_name<'a>(&self, opts: &'a BackendOptions) -> Option<&'a str>;
 
     /// Whether pods with this `schedulerName` (None: the default scheduler) reach this backend.
     fn scheduler_matches(&self, scheduler_name: Option<&str>, opts: &BackendOptions) -> bool;
@@ -330,23 +353,33 @@ pub fn is_dns_subdomain(s: &str) -> bool {
 }
 
 /// Templates whose pods would not join PodGroup `name` through this backend, with what to add.
+/// With the pod-link webhook on (`webhook`), a template without the link or asking for the
+/// default scheduler is expected: the webhook adds the link and the backend's scheduler to its
+/// pods; a link to another PodGroup or a scheduler that does not reach the backend still counts.
 pub fn missing_links(
     backend: &dyn PodGroupBackend,
     job: &Job,
     name: &str,
     opts: &BackendOptions,
+    webhook: bool,
 ) -> Vec<String> {
     let mut out = Vec::new();
     for r in &job.replicas {
         let t = &r.template;
-        if backend.template_link(t) != Some(name) {
+        let link = backend.template_link(t);
+        if link != Some(name) && !(webhook && link.is_none()) {
             out.push(format!(
                 "{}: add {} to the pod template",
                 r.replica_type,
                 backend.link_instruction(name)
             ));
         }
-        let scheduler = t.spec.as_ref().and_then(|s| s.scheduler_name.as_deref());
+        let asked = t.spec.as_ref().and_then(|s| s.scheduler_name.as_deref());
+        let default = matches!(asked, None | Some("") | Some("default-scheduler"));
+        let scheduler = match backend.link_scheduler_name(opts) {
+            Some(linked) if webhook && default => Some(linked),
+            _ => asked,
+        };
         if !backend.scheduler_matches(scheduler, opts) {
             out.push(format!(
                 "{}: schedulerName {:?} does not reach {} (expected {})",
@@ -571,6 +604,7 @@ mod tests {
             &unlinked,
             "j",
             &BackendOptions::default(),
+            false,
         );
         assert!(
             problems
@@ -591,7 +625,14 @@ mod tests {
             json!({"annotations": {"scheduling.k8s.io/group-name": "j"}}),
         );
         assert!(
-            missing_links(&Volcano, &volcano_linked, "j", &BackendOptions::default()).is_empty()
+            missing_links(
+                &Volcano,
+                &volcano_linked,
+                "j",
+                &BackendOptions::default(),
+                false
+            )
+            .is_empty()
         );
     }
 

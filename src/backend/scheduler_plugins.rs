@@ -3,7 +3,7 @@
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use serde_json::{Map, Value, json};
 
-use super::{BackendKind, BackendOptions, Phase, PodGroupBackend, template_label};
+use super::{BackendKind, BackendOptions, LinkKey, Phase, PodGroupBackend, template_label};
 use crate::gang::Gang;
 use crate::job::InvalidJob;
 use crate::job::Job;
@@ -28,8 +28,14 @@ impl PodGroupBackend for SchedulerPlugins {
         template_label(template, POD_GROUP_LABEL)
     }
 
-    fn link_instruction(&self, name: &str) -> String {
-        format!("label {POD_GROUP_LABEL}: {name}")
+    fn link_key(&self) -> LinkKey {
+        LinkKey::Label(POD_GROUP_LABEL)
+    }
+
+    fn link_scheduler_name<'a>(&self, opts: &'a BackendOptions) -> Option<&'a str> {
+        opts.link_coscheduling_scheduler_name
+            .as_deref()
+            .filter(|s| !s.is_empty())
     }
 
     fn scheduler_matches(&self, scheduler: Option<&str>, opts: &BackendOptions) -> bool {

@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::PodTemplateSpec;
 use serde_json::{Map, Value, json};
 
 use super::{
-    BackendKind, BackendOptions, Phase, PodGroupBackend, is_dns_subdomain, scheduler_name,
+    BackendKind, BackendOptions, LinkKey, Phase, PodGroupBackend, is_dns_subdomain, scheduler_name,
     template_annotation,
 };
 use crate::gang::Gang;
@@ -34,8 +34,12 @@ impl PodGroupBackend for Volcano {
         template_annotation(template, GROUP_NAME_ANNOTATION)
     }
 
-    fn link_instruction(&self, name: &str) -> String {
-        format!("annotation {GROUP_NAME_ANNOTATION}: {name}")
+    fn link_key(&self) -> LinkKey {
+        LinkKey::Annotation(GROUP_NAME_ANNOTATION)
+    }
+
+    fn link_scheduler_name<'a>(&self, opts: &'a BackendOptions) -> Option<&'a str> {
+        Some(opts.volcano_scheduler_name.as_str())
     }
 
     fn scheduler_matches(&self, scheduler: Option<&str>, opts: &BackendOptions) -> bool {

@@ -75,6 +75,17 @@ impl JobKind {
         format!("{}/{}", self.group, self.version)
     }
 
+    /// The kind as a dynamic API resource.
+    pub fn api_resource(&self) -> kube::discovery::ApiResource {
+        kube::discovery::ApiResource {
+            group: self.group.into(),
+            version: self.version.into(),
+            api_version: self.api_version(),
+            kind: self.kind.into(),
+            plural: self.plural.into(),
+        }
+    }
+
     /// The kind that matches an object's `apiVersion` and `kind`, if podgroup-sync knows it.
     pub fn lookup(api_version: &str, kind: &str) -> Option<&'static JobKind> {
         KINDS

@@ -1,0 +1,315 @@
+//! One admission: an AdmissionReview → the caches' view of the pod's job → the [`link`]
+//! decision → the response, counted and timed. No API call: everything comes from the caches
+//! the controller keeps. A job created a moment ago may reach the operator before it reaches
+//! our cache: the admission waits for it (up to `owner_wait`), then admits the pod unchanged,
+//! counted as an error and logged with the job's name.
+
+use std::time::{Duration, Instant};
+
+use prometheus::{Histogram, HistogramOpts, IntCounterVec, Opts, Registry};
+use serde_json::Value;
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use super::link::{self, Decision, Owner, PodView, Skip};
+use super::review::{self, Request};
+use crate::backend::BACKENDS;
+use crate::caches::{CachedJob, Caches};
+use crate::reconcile::Settings;
+
+/// How often a missing job or unsynced cache is looked at again while an admission waits.
+const POLL: Duration = Duration::from_millis(10);
+
+/// The admission result labels (SPEC §8) and the causes of `error`.
+pub const RESULTS: [&str; 4] = ["linked", "unchanged", "skipped", "error"];
+pub const ERRORS: [&str; 5] = [
+    "malformed_review",
+    "malformed_pod",
+    "caches_not_synced",
+    "owner_not_cached",
+    "request_too_large",
+];
+
+/// The admission metrics.
+#[derive(Clone)]
+pub struct AdmissionMetrics {
+    /// `podgroup_sync_admissions_total{result,reason}`.
+    pub admissions: IntCounterVec,
+    /// `podgroup_sync_admission_duration_seconds`.
+    pub duration: Histogram,
+}
+
+impl AdmissionMetrics {
+    pub fn new(registry: &Registry) -> Self {
+        let admissions = IntCounterVec::new(
+            Opts::new(
+                "podgroup_sync_admissions_total",
+                "Pod admissions by the pod-link webhook, by result (linked, unchanged, skipped, error) and reason (the backend, why it was skipped, or the error)",
+            ),
+            &["result", "reason"],
+        )
+        .expect("metric");
+        let duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "podgroup_sync_admission_duration_seconds",
+                "Time from an AdmissionReview's arrival to its response, waits for the cache included",
+            )
+            .buckets(vec![
+                0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0, 2.5, 5.0,
+            ]),
+        )
+        .expect("metric");
+        registry
+            .register(Box::new(admissions.clone()))
+            .expect("register");
+        registry
+            .register(Box::new(duration.clone()))
+            .expect("register");
+        // Every series exists from the start, so rates and alerts see zeros, not gaps.
+        for b in BACKENDS {
+            for result in ["linked", "unchanged"] {
+                admissions.with_label_values(&[result, b.as_str()]);
+            }
+        }
+        for s in Skip::ALL {
+            admissions.with_label_values(&["skipped", s.as_str()]);
+        }
+        for e in ERRORS {
+            admissions.with_label_values(&["error", e]);
+        }
+        AdmissionMetrics {
+            admissions,
+            duration,
+        }
+    }
+}
+
+/// What an admission ends with: the result and reason labels and the patch, if any.
+#[derive(Debug)]
+struct Verdict {
+    result: &'static str,
+    reason: &'static str,
+    patch: Option<Value>,
+    warning: Option<String>,
+}
+
+impl Verdict {
+    fn skipped(skip: Skip) -> Self {
+        Verdict {
+            result: "skipped",
+            reason: skip.as_str(),
+            patch: None,
+            warning: None,
+        }
+    }
+
+    fn error(cause: &'static str, warning: String) -> Self {
+        Verdict {
+            result: "error",
+            reason: cause,
+            patch: None,
+            warning: Some(warning),
+        }
+    }
+}
+
+/// Answers AdmissionReviews from the controller's caches.
+pub struct Admission {
+    /// The caches, once the controller has synced them.
+    pub caches: watch::Receiver<Option<Caches>>,
+    pub settings: Settings,
+    /// How long an admission waits for the caches and the pod's job.
+    pub owner_wait: Duration,
+    pub metrics: AdmissionMetrics,
+}
+
+impl Admission {
+    /// The response to an AdmissionReview body, or the status and reason it is refused with
+    /// (a body that is not an AdmissionReview has no uid to answer).
+    pub async fn review(&self, body: &[u8]) -> Result<Vec<u8>, String> {
+        let start = Instant::now();
+        let request = match review::parse(body) {
+            Ok(r) => r,
+            Err(e) => {
+                self.count("error", "malformed_review", start);
+                warn!(error = %e, "malformed AdmissionReview refused");
+                return Err(e);
+            }
+        };
+        let verdict = self.decide(&request, start).await;
+        self.count(verdict.result, verdict.reason, start);
+        let warnings: Vec<String> = verdict.warning.into_iter().collect();
+        Ok(review::response(
+            &request.uid,
+            verdict.patch.as_ref(),
+            &warnings,
+        ))
+    }
+
+    /// Counts a request that never reached a decision (the body was too large or too slow).
+    pub fn refused(&self, cause: &'static str, start: Instant) {
+        self.count("error", cause, start);
+    }
+
+    fn count(&self, result: &str, reason: &str, start: Instant) {
+        self.metrics
+            .admissions
+            .with_label_values(&[result, reason])
+            .inc();
+        self.metrics.duration.observe(start.elapsed().as_secs_f64());
+    }
+
+    async fn decide(&self, request: &Request, start: Instant) -> Verdict {
+        if !request.is_pod_create() {
+            // The webhook configuration sends only Pod CREATE; anything else passes.
+            return Verdict::skipped(Skip::ForeignOwner);
+        }
+        let pod = match review::pod(request) {
+            Ok(p) => p,
+            Err(e) => {
+                warn!(uid = %request.uid, error = %e, "malformed pod admitted unchanged");
+                return Verdict::error("malformed_pod", format!("podgroup-sync: {e}"));
+            }
+        };
+        let owners = pod.metadata.owner_references.clone().unwrap_or_default();
+        let view = PodView {
+            labels: pod.metadata.labels.as_ref(),
+            annotations: pod.metadata.annotations.as_ref(),
+            owner_references: &owners,
+            scheduler_name: pod.scheduler_name.as_deref(),
+        };
+        let owner = match link::owner_of(&view) {
+            Ok(o) => o,
+            Err(skip) => return Verdict::skipped(skip),
+        };
+        let namespace = request
+            .namespace
+            .clone()
+            .or(pod.metadata.namespace.clone())
+            .unwrap_or_default();
+        let deadline = start + self.owner_wait;
+        let Some(caches) = self.synced_caches(deadline).await else {
+            warn!(namespace, job = %owner.name, "pod admitted unchanged: the caches are not synced yet");
+            return Verdict::error(
+                "caches_not_synced",
+                "podgroup-sync: caches not synced; the pod is not linked to its PodGroup".into(),
+            );
+        };
+        let ns = caches
+            .namespaces
+            .get(&kube::runtime::reflector::ObjectRef::new(&namespace));
+        let ns_annotations = ns.as_ref().and_then(|n| n.metadata.annotations.as_ref());
+        if let Some(skip) = link::namespace_gate(&self.settings.enablement, ns_annotations) {
+            return Verdict::skipped(skip);
+        }
+        let job = match wait_for_job(&caches, &owner, &namespace, deadline).await {
+            Ok(job) => job,
+            Err(verdict) => {
+                if verdict.result == "error" {
+                    warn!(namespace, kind = owner.kind.kind, job = %owner.name, waited_ms = self.owner_wait.as_millis() as u64,
+                        "pod admitted unchanged: its job is not in the cache; it is not linked to its PodGroup");
+                }
+                return verdict;
+            }
+        };
+        let ctx = link::Context {
+            namespace_annotations: ns_annotations,
+            pod_groups: &caches,
+            priorities: &caches.priorities(),
+            defaults: &caches.admission_defaults(&namespace),
+            settings: &self.settings,
+        };
+        let decision = link::decide(&view, &owner, &job, &ctx);
+        verdict_of(
+            decision,
+            &view,
+            &namespace,
+            &owner,
+            request.dry_run == Some(true),
+        )
+    }
+
+    /// The caches, waiting for the controller to sync them until `deadline`.
+    async fn synced_caches(&self, deadline: Instant) -> Option<Caches> {
+        let mut rx = self.caches.clone();
+        let wait = rx.wait_for(Option::is_some);
+        match tokio::time::timeout_at(deadline.into(), wait).await {
+            Ok(Ok(caches)) => caches.clone(),
+            _ => None,
+        }
+    }
+}
+
+/// The job of `owner` from the cache; while it is absent (or an older job of that name is
+/// cached), looks again until `deadline`.
+async fn wait_for_job(
+    caches: &Caches,
+    owner: &Owner,
+    namespace: &str,
+    deadline: Instant,
+) -> Result<std::sync::Arc<kube::api::DynamicObject>, Verdict> {
+    loop {
+        match caches.job(owner.kind, namespace, &owner.name) {
+            CachedJob::Found(job)
+                if owner.uid.is_none() || job.metadata.uid.as_ref() == owner.uid.as_ref() =>
+            {
+                return Ok(job);
+            }
+            seen => {
+                if Instant::now() >= deadline {
+                    return Err(match seen {
+                        CachedJob::KindNotWatched => Verdict::skipped(Skip::KindNotWatched),
+                        _ => Verdict::error(
+                            "owner_not_cached",
+                            format!(
+                                "podgroup-sync: {} {namespace}/{} is not in its cache yet; the pod is not linked to its PodGroup",
+                                owner.kind.kind, owner.name
+                            ),
+                        ),
+                    });
+                }
+            }
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+fn verdict_of(
+    decision: Decision,
+    view: &PodView,
+    namespace: &str,
+    owner: &Owner,
+    dry_run: bool,
+) -> Verdict {
+    match decision {
+        Decision::Link {
+            backend,
+            name,
+            additions,
+        } => {
+            let added: Vec<String> = additions.iter().map(ToString::to_string).collect();
+            debug!(namespace, job = %owner.name, %backend, pod_group = %name, dry_run, added = ?added, "pod linked");
+            Verdict {
+                result: "linked",
+                reason: backend.as_str(),
+                patch: Some(link::json_patch(view, &additions)),
+                warning: None,
+            }
+        }
+        Decision::Unchanged { backend, .. } => Verdict {
+            result: "unchanged",
+            reason: backend.as_str(),
+            patch: None,
+            warning: None,
+        },
+        Decision::Skipped(skip) => {
+            if matches!(
+                skip,
+                Skip::Conflict | Skip::InvalidJob | Skip::UnknownBackend
+            ) {
+                info!(namespace, job = %owner.name, reason = skip.as_str(), "pod admitted without a link");
+            }
+            Verdict::skipped(skip)
+        }
+    }
+}

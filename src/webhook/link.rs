@@ -1,0 +1,774 @@
+//! The pod-link decision of the admission webhook (SPEC §8), pure: a pod being created, its job
+//! as the caches hold it and the settings → the link and schedulerName to add, or why nothing is
+//! added. The PodGroup name and backend are those the controller uses ([`backend::pod_group_name`],
+//! [`Enablement::backend`](crate::enablement::Enablement::backend)), so a linked pod always
+//! names the PodGroup the controller writes.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::DynamicObject;
+use serde_json::{Value, json};
+
+use crate::backend::{self, BackendKind, BackendOptions, LinkKey, PodGroupBackend};
+use crate::enablement::{Enablement, Mode};
+use crate::gang::{self, Priorities};
+use crate::job::{self, InvalidJob, JobKind, MPIJOB_V2BETA1};
+use crate::plan::{PodGroups, ours};
+use crate::reconcile::Settings;
+use crate::resources::AdmissionDefaults;
+
+/// Labels the Kubeflow operators put on every pod they create (training-operator and
+/// mpi-operator alike); the webhook's objectSelector requires the job-name one.
+pub const JOB_NAME_LABEL: &str = "training.kubeflow.org/job-name";
+pub const OPERATOR_NAME_LABEL: &str = "training.kubeflow.org/operator-name";
+pub const JOB_ROLE_LABEL: &str = "training.kubeflow.org/job-role";
+pub const REPLICA_TYPE_LABEL: &str = "training.kubeflow.org/replica-type";
+/// mpi-operator's `operator-name` label value and the suffix of its launcher's batch/v1 Job.
+const MPI_OPERATOR: &str = "mpi-operator";
+const LAUNCHER_JOB_SUFFIX: &str = "-launcher";
+
+/// The pod fields the decision reads.
+#[derive(Debug, Clone, Copy)]
+pub struct PodView<'a> {
+    pub labels: Option<&'a BTreeMap<String, String>>,
+    pub annotations: Option<&'a BTreeMap<String, String>>,
+    pub owner_references: &'a [OwnerReference],
+    pub scheduler_name: Option<&'a str>,
+}
+
+impl PodView<'_> {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.labels?.get(key).map(String::as_str)
+    }
+
+    fn has_link(&self, key: LinkKey) -> bool {
+        match key {
+            LinkKey::Label(k) => self.labels.is_some_and(|l| l.contains_key(k)),
+            LinkKey::Annotation(k) => self.annotations.is_some_and(|a| a.contains_key(k)),
+        }
+    }
+
+    /// Whether the pod asks for the default scheduler (no name, empty, or its name).
+    fn default_scheduler(&self) -> bool {
+        matches!(
+            self.scheduler_name,
+            None | Some("") | Some("default-scheduler")
+        )
+    }
+}
+
+/// The job a pod belongs to, found from its controller reference.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    pub kind: &'static JobKind,
+    pub name: String,
+    /// The job's UID when the pod names the job itself (not for the MPIJob launcher).
+    pub uid: Option<String>,
+    /// The MPIJob v2beta1 launcher, created through mpi-operator's batch/v1 Job.
+    pub launcher: bool,
+}
+
+/// Why a pod is admitted without a link (the `reason` label of the admission metric).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Skip {
+    /// No controller reference.
+    NoOwner,
+    /// Controlled by something other than a job kind podgroup-sync knows.
+    ForeignOwner,
+    NamespaceOff,
+    NamespaceDryRun,
+    /// The job's kind is not served or not watched (its CRD is absent).
+    KindNotWatched,
+    OptedOut,
+    ManagedElsewhere,
+    Finished,
+    Suspended,
+    /// The job gets no PodGroup (`InvalidSpec`): a linked pod would wait for nothing.
+    InvalidJob,
+    UnknownBackend,
+    BackendNotServed,
+    /// The MPIJob launcher under `launcherCreationPolicy: WaitForWorkersReady` (SPEC §3.1.4).
+    LauncherOutsideGang,
+    /// A PodGroup of that name belongs to someone else (`PodGroupConflict` on the job).
+    Conflict,
+}
+
+impl Skip {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Skip::NoOwner => "no_owner",
+            Skip::ForeignOwner => "foreign_owner",
+            Skip::NamespaceOff => "namespace_off",
+            Skip::NamespaceDryRun => "namespace_dry_run",
+            Skip::KindNotWatched => "kind_not_watched",
+            Skip::OptedOut => "opted_out",
+            Skip::ManagedElsewhere => "managed_elsewhere",
+            Skip::Finished => "finished",
+            Skip::Suspended => "suspended",
+            Skip::InvalidJob => "invalid_job",
+            Skip::UnknownBackend => "unknown_backend",
+            Skip::BackendNotServed => "backend_not_served",
+            Skip::LauncherOutsideGang => "launcher_outside_gang",
+            Skip::Conflict => "conflict",
+        }
+    }
+
+    pub const ALL: [Skip; 14] = [
+        Skip::NoOwner,
+        Skip::ForeignOwner,
+        Skip::NamespaceOff,
+        Skip::NamespaceDryRun,
+        Skip::KindNotWatched,
+        Skip::OptedOut,
+        Skip::ManagedElsewhere,
+        Skip::Finished,
+        Skip::Suspended,
+        Skip::InvalidJob,
+        Skip::UnknownBackend,
+        Skip::BackendNotServed,
+        Skip::LauncherOutsideGang,
+        Skip::Conflict,
+    ];
+}
+
+/// One thing the webhook adds to a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Addition {
+    Label(&'static str, String),
+    Annotation(&'static str, String),
+    SchedulerName(String),
+}
+
+impl std::fmt::Display for Addition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Addition::Label(k, v) => write!(f, "label {k}: {v}"),
+            Addition::Annotation(k, v) => write!(f, "annotation {k}: {v}"),
+            Addition::SchedulerName(s) => write!(f, "schedulerName: {s}"),
+        }
+    }
+}
+
+/// What the webhook does with a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Add these to the pod so it joins PodGroup `name` of `backend`.
+    Link {
+        backend: BackendKind,
+        name: String,
+        additions: Vec<Addition>,
+    },
+    /// A pod of a managed job that already carries its link and scheduler.
+    Unchanged {
+        backend: BackendKind,
+        name: String,
+    },
+    Skipped(Skip),
+}
+
+/// The job a pod's controller reference names: a job kind directly, or mpi-operator's launcher
+/// Job, recognised by the labels mpi-operator gives the launcher pod and the name it gives the
+/// batch/v1 Job (`<mpijob>-launcher`), so no batch/v1 Job cache or API call is needed.
+pub fn owner_of(pod: &PodView) -> Result<Owner, Skip> {
+    let controller = pod
+        .owner_references
+        .iter()
+        .find(|r| r.controller == Some(true))
+        .ok_or(Skip::NoOwner)?;
+    if let Some(kind) = JobKind::lookup(&controller.api_version, &controller.kind) {
+        return Ok(Owner {
+            kind,
+            name: controller.name.clone(),
+            uid: Some(controller.uid.clone()),
+            launcher: false,
+        });
+    }
+    let launcher_job = controller.api_version == "batch/v1"
+        && controller.kind == "Job"
+        && pod.label(OPERATOR_NAME_LABEL) == Some(MPI_OPERATOR)
+        && pod.label(JOB_ROLE_LABEL) == Some("launcher");
+    match pod.label(JOB_NAME_LABEL) {
+        Some(job)
+            if launcher_job && controller.name.strip_suffix(LAUNCHER_JOB_SUFFIX) == Some(job) =>
+        {
+            Ok(Owner {
+                kind: &MPIJOB_V2BETA1,
+                name: job.to_string(),
+                uid: None,
+                launcher: true,
+            })
+        }
+        _ => Err(Skip::ForeignOwner),
+    }
+}
+
+/// The namespace's mode as a reason to skip (only `true` namespaces get links).
+pub fn namespace_gate(
+    enablement: &Enablement,
+    annotations: Option<&BTreeMap<String, String>>,
+) -> Option<Skip> {
+    match enablement.namespace_mode(annotations) {
+        Mode::Manage => None,
+        Mode::DryRun => Some(Skip::NamespaceDryRun),
+        Mode::Off => Some(Skip::NamespaceOff),
+    }
+}
+
+/// What the caches say around a job, read by the caller (as for the planner's `Input`).
+pub struct Context<'a> {
+    /// The annotations of the pod's Namespace.
+    pub namespace_annotations: Option<&'a BTreeMap<String, String>>,
+    pub pod_groups: &'a dyn PodGroups,
+    pub priorities: &'a Priorities,
+    pub defaults: &'a Result<AdmissionDefaults, InvalidJob>,
+    pub settings: &'a Settings,
+}
+
+/// Decides what the webhook adds to a pod of `owner`, whose job the cache holds as `job`. A pod
+/// is linked only when its job gets a PodGroup (the checks the planner makes before it writes
+/// one): a pod linked to a PodGroup that never comes would wait for ever.
+pub fn decide(pod: &PodView, owner: &Owner, job: &DynamicObject, ctx: &Context) -> Decision {
+    let (settings, namespace_annotations) = (ctx.settings, ctx.namespace_annotations);
+    if let Some(skip) = namespace_gate(&settings.enablement, namespace_annotations) {
+        return Decision::Skipped(skip);
+    }
+    let Ok(job) = serde_json::to_value(job)
+        .map_err(|e| job::InvalidJob::Malformed(e.to_string()))
+        .and_then(|v| job::normalize(owner.kind, &v))
+    else {
+        return Decision::Skipped(Skip::InvalidJob);
+    };
+    if settings.enablement.job_opted_out(&job) {
+        return Decision::Skipped(Skip::OptedOut);
+    }
+    if job.managed_elsewhere() {
+        return Decision::Skipped(Skip::ManagedElsewhere);
+    }
+    if job.finished && !settings.keep_finished {
+        return Decision::Skipped(Skip::Finished);
+    }
+    if job.suspended() {
+        return Decision::Skipped(Skip::Suspended);
+    }
+    if owner.launcher && job.launcher_waits_for_workers {
+        return Decision::Skipped(Skip::LauncherOutsideGang);
+    }
+    if ctx
+        .defaults
+        .clone()
+        .and_then(|d| gang::compute(&job, ctx.priorities, &d))
+        .is_err()
+    {
+        return Decision::Skipped(Skip::InvalidJob);
+    }
+    let opts = &settings.backend_options;
+    let Ok((backend_kind, _)) = settings
+        .enablement
+        .backend(&job, namespace_annotations, opts)
+    else {
+        return Decision::Skipped(Skip::UnknownBackend);
+    };
+    let pod_groups = ctx.pod_groups;
+    if !pod_groups.served(backend_kind) {
+        return Decision::Skipped(Skip::BackendNotServed);
+    }
+    let backend = backend_kind.backend();
+    let Ok((name, _)) = backend::pod_group_name(backend, &job) else {
+        return Decision::Skipped(Skip::InvalidJob);
+    };
+    if let Some(pg) = pod_groups.get(backend_kind, &job.namespace, &name)
+        && !ours(&pg, &job.uid)
+    {
+        return Decision::Skipped(Skip::Conflict);
+    }
+    let additions = additions(backend, pod, &name, opts);
+    if additions.is_empty() {
+        Decision::Unchanged {
+            backend: backend_kind,
+            name,
+        }
+    } else {
+        Decision::Link {
+            backend: backend_kind,
+            name,
+            additions,
+        }
+    }
+}
+
+/// What joins a pod to PodGroup `name`: the backend's link unless the pod has one (whatever its
+/// value), and the backend's schedulerName when the pod asks for the default scheduler.
+pub fn additions(
+    backend: &dyn PodGroupBackend,
+    pod: &PodView,
+    name: &str,
+    opts: &BackendOptions,
+) -> Vec<Addition> {
+    let mut out = Vec::new();
+    let key = backend.link_key();
+    if !pod.has_link(key) {
+        out.push(match key {
+            LinkKey::Label(k) => Addition::Label(k, name.to_string()),
+            LinkKey::Annotation(k) => Addition::Annotation(k, name.to_string()),
+        });
+    }
+    if let Some(scheduler) = backend.link_scheduler_name(opts)
+        && pod.default_scheduler()
+        && pod.scheduler_name != Some(scheduler)
+    {
+        out.push(Addition::SchedulerName(scheduler.to_string()));
+    }
+    out
+}
+
+/// The RFC 6902 JSON Patch that makes the additions to the pod.
+pub fn json_patch(pod: &PodView, additions: &[Addition]) -> Value {
+    let mut ops = Vec::new();
+    let (mut labels, mut annotations) = (pod.labels.is_some(), pod.annotations.is_some());
+    for a in additions {
+        match a {
+            Addition::Label(k, v) => {
+                if !std::mem::replace(&mut labels, true) {
+                    ops.push(json!({"op": "add", "path": "/metadata/labels", "value": {}}));
+                }
+                ops.push(json!({"op": "add", "path": format!("/metadata/labels/{}", escape(k)), "value": v}));
+            }
+            Addition::Annotation(k, v) => {
+                if !std::mem::replace(&mut annotations, true) {
+                    ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": {}}));
+                }
+                ops.push(json!({"op": "add", "path": format!("/metadata/annotations/{}", escape(k)), "value": v}));
+            }
+            Addition::SchedulerName(s) => {
+                ops.push(json!({"op": "add", "path": "/spec/schedulerName", "value": s}));
+            }
+        }
+    }
+    Value::Array(ops)
+}
+
+/// A JSON Pointer reference token (RFC 6901): `~` → `~0`, `/` → `~1`.
+fn escape(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::backend::BACKENDS;
+    use crate::enablement::Enablement;
+    use crate::reconcile::ResizePolicy;
+    use std::time::Duration;
+
+    struct Served(Vec<BackendKind>, Option<DynamicObject>);
+
+    impl PodGroups for Served {
+        fn served(&self, b: BackendKind) -> bool {
+            self.0.contains(&b)
+        }
+        fn get(&self, _: BackendKind, _: &str, _: &str) -> Option<Arc<DynamicObject>> {
+            self.1.clone().map(Arc::new)
+        }
+        fn controlled_by(&self, _: &str) -> Vec<(BackendKind, Arc<DynamicObject>)> {
+            Vec::new()
+        }
+    }
+
+    fn all_served() -> Served {
+        Served(BACKENDS.to_vec(), None)
+    }
+
+    fn settings(default_backend: BackendKind) -> Settings {
+        Settings {
+            enablement: Enablement {
+                annotation_key: "podgroup-sync.io/enabled".into(),
+                default_mode: Mode::Off,
+                default_backend,
+            },
+            backend_options: BackendOptions::default(),
+            resize: ResizePolicy::Always,
+            keep_finished: false,
+            gang_wait_warning: Duration::from_secs(120),
+            webhook: true,
+        }
+    }
+
+    fn managed() -> BTreeMap<String, String> {
+        BTreeMap::from([("podgroup-sync.io/enabled".into(), "true".into())])
+    }
+
+    fn pytorch(annotations: Value, template_meta: Value) -> DynamicObject {
+        let t = json!({"metadata": template_meta, "spec": {"containers": [{"name": "c", "image": "i"}]}});
+        serde_json::from_value(json!({
+            "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": "train", "namespace": "ns", "uid": "job-uid", "annotations": annotations},
+            "spec": {"pytorchReplicaSpecs": {"Master": {"template": t}, "Worker": {"replicas": 2, "template": t}}}
+        }))
+        .unwrap()
+    }
+
+    fn mpijob(launcher_policy: &str) -> DynamicObject {
+        let t = json!({"spec": {"containers": [{"name": "c", "image": "i"}]}});
+        serde_json::from_value(json!({
+            "apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
+            "metadata": {"name": "mpi", "namespace": "ns", "uid": "mpi-uid"},
+            "spec": {"launcherCreationPolicy": launcher_policy,
+                "mpiReplicaSpecs": {"Launcher": {"template": t}, "Worker": {"replicas": 2, "template": t}}}
+        }))
+        .unwrap()
+    }
+
+    fn owner_ref(api_version: &str, kind: &str, name: &str, uid: &str) -> OwnerReference {
+        OwnerReference {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            name: name.into(),
+            uid: uid.into(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        }
+    }
+
+    struct Pod {
+        labels: Option<BTreeMap<String, String>>,
+        annotations: Option<BTreeMap<String, String>>,
+        owners: Vec<OwnerReference>,
+        scheduler: Option<String>,
+    }
+
+    impl Pod {
+        fn of(owner: OwnerReference) -> Pod {
+            Pod {
+                labels: Some(BTreeMap::from([(
+                    JOB_NAME_LABEL.into(),
+                    owner.name.clone(),
+                )])),
+                annotations: None,
+                owners: vec![owner],
+                scheduler: None,
+            }
+        }
+        fn view(&self) -> PodView<'_> {
+            PodView {
+                labels: self.labels.as_ref(),
+                annotations: self.annotations.as_ref(),
+                owner_references: &self.owners,
+                scheduler_name: self.scheduler.as_deref(),
+            }
+        }
+    }
+
+    fn pytorch_pod() -> Pod {
+        Pod::of(owner_ref(
+            "kubeflow.org/v1",
+            "PyTorchJob",
+            "train",
+            "job-uid",
+        ))
+    }
+
+    fn decide_with(
+        pod: &Pod,
+        job: &DynamicObject,
+        ns: Option<&BTreeMap<String, String>>,
+        pod_groups: &dyn PodGroups,
+        s: &Settings,
+    ) -> Decision {
+        let owner = owner_of(&pod.view()).expect("owner");
+        let ctx = Context {
+            namespace_annotations: ns,
+            pod_groups,
+            priorities: &Priorities::default(),
+            defaults: &Ok(AdmissionDefaults::default()),
+            settings: s,
+        };
+        decide(&pod.view(), &owner, job, &ctx)
+    }
+
+    fn decide_for(
+        pod: &Pod,
+        job: &DynamicObject,
+        ns: Option<&BTreeMap<String, String>>,
+        s: &Settings,
+    ) -> Decision {
+        decide_with(pod, job, ns, &all_served(), s)
+    }
+
+    #[test]
+    fn rule_8_pod_of_a_managed_job_gets_the_link_and_the_backends_scheduler() {
+        let s = settings(BackendKind::SchedulerPlugins);
+        let d = decide_for(
+            &pytorch_pod(),
+            &pytorch(json!({}), json!({})),
+            Some(&managed()),
+            &s,
+        );
+        assert_eq!(
+            d,
+            Decision::Link {
+                backend: BackendKind::SchedulerPlugins,
+                name: "train".into(),
+                additions: vec![
+                    Addition::Label("scheduling.x-k8s.io/pod-group", "train".into()),
+                    Addition::SchedulerName("scheduler-plugins-scheduler".into()),
+                ],
+            }
+        );
+        let s = settings(BackendKind::Volcano);
+        let d = decide_for(
+            &pytorch_pod(),
+            &pytorch(json!({}), json!({})),
+            Some(&managed()),
+            &s,
+        );
+        assert_eq!(
+            d,
+            Decision::Link {
+                backend: BackendKind::Volcano,
+                name: "train".into(),
+                additions: vec![
+                    Addition::Annotation("scheduling.k8s.io/group-name", "train".into()),
+                    Addition::SchedulerName("volcano".into()),
+                ],
+            }
+        );
+    }
+
+    #[test]
+    fn rule_8_no_scheduler_name_when_coscheduling_runs_in_the_default_scheduler() {
+        let mut s = settings(BackendKind::SchedulerPlugins);
+        s.backend_options.link_coscheduling_scheduler_name = None;
+        let d = decide_for(
+            &pytorch_pod(),
+            &pytorch(json!({}), json!({})),
+            Some(&managed()),
+            &s,
+        );
+        let Decision::Link { additions, .. } = d else {
+            panic!("{d:?}")
+        };
+        assert_eq!(
+            additions,
+            vec![Addition::Label(
+                "scheduling.x-k8s.io/pod-group",
+                "train".into()
+            )]
+        );
+    }
+
+    #[test]
+    fn rule_8_a_link_or_scheduler_name_already_present_is_never_changed() {
+        let s = settings(BackendKind::Volcano);
+        let job = pytorch(json!({}), json!({}));
+        let mut pod = pytorch_pod();
+        pod.annotations = Some(BTreeMap::from([(
+            "scheduling.k8s.io/group-name".into(),
+            "other".into(),
+        )]));
+        pod.scheduler = Some("my-scheduler".into());
+        assert_eq!(
+            decide_for(&pod, &job, Some(&managed()), &s),
+            Decision::Unchanged {
+                backend: BackendKind::Volcano,
+                name: "train".into()
+            }
+        );
+        // A link but the default scheduler: only the scheduler is added.
+        pod.scheduler = Some("default-scheduler".into());
+        let Decision::Link { additions, .. } = decide_for(&pod, &job, Some(&managed()), &s) else {
+            panic!()
+        };
+        assert_eq!(additions, vec![Addition::SchedulerName("volcano".into())]);
+    }
+
+    #[test]
+    fn rule_8_the_name_is_the_one_the_controller_uses() {
+        // A template linked by hand names the PodGroup; the unlinked ones' pods get that name.
+        let s = settings(BackendKind::SchedulerPlugins);
+        let job = pytorch(
+            json!({}),
+            json!({"labels": {"scheduling.x-k8s.io/pod-group": "gang-a"}}),
+        );
+        let Decision::Link { name, .. } = decide_for(&pytorch_pod(), &job, Some(&managed()), &s)
+        else {
+            panic!()
+        };
+        assert_eq!(name, "gang-a");
+        // The backend follows the job annotation, then the namespace annotation.
+        let job = pytorch(json!({"podgroup-sync.io/backend": "volcano"}), json!({}));
+        let Decision::Link { backend, .. } = decide_for(&pytorch_pod(), &job, Some(&managed()), &s)
+        else {
+            panic!()
+        };
+        assert_eq!(backend, BackendKind::Volcano);
+        let mut ns = managed();
+        ns.insert("podgroup-sync.io/backend".into(), "volcano".into());
+        let Decision::Link { backend, .. } = decide_for(
+            &pytorch_pod(),
+            &pytorch(json!({}), json!({})),
+            Some(&ns),
+            &s,
+        ) else {
+            panic!()
+        };
+        assert_eq!(backend, BackendKind::Volcano);
+    }
+
+    #[test]
+    fn rule_8_dry_run_and_off_namespaces_and_opted_out_jobs_are_skipped() {
+        let s = settings(BackendKind::SchedulerPlugins);
+        let job = pytorch(json!({}), json!({}));
+        let dry = BTreeMap::from([("podgroup-sync.io/enabled".into(), "dry-run".into())]);
+        assert_eq!(
+            decide_for(&pytorch_pod(), &job, Some(&dry), &s),
+            Decision::Skipped(Skip::NamespaceDryRun)
+        );
+        assert_eq!(
+            decide_for(&pytorch_pod(), &job, None, &s),
+            Decision::Skipped(Skip::NamespaceOff)
+        );
+        let opted = pytorch(json!({"podgroup-sync.io/enabled": "false"}), json!({}));
+        assert_eq!(
+            decide_for(&pytorch_pod(), &opted, Some(&managed()), &s),
+            Decision::Skipped(Skip::OptedOut)
+        );
+        let unknown = pytorch(json!({"podgroup-sync.io/backend": "kai"}), json!({}));
+        assert_eq!(
+            decide_for(&pytorch_pod(), &unknown, Some(&managed()), &s),
+            Decision::Skipped(Skip::UnknownBackend)
+        );
+    }
+
+    #[test]
+    fn rule_8_no_link_to_a_pod_group_that_will_not_exist_or_is_someone_elses() {
+        let s = settings(BackendKind::SchedulerPlugins);
+        let job = pytorch(json!({}), json!({}));
+        let pod = pytorch_pod();
+        let none = Served(vec![BackendKind::Volcano], None);
+        assert_eq!(
+            decide_with(&pod, &job, Some(&managed()), &none, &s),
+            Decision::Skipped(Skip::BackendNotServed)
+        );
+        let foreign: DynamicObject =
+            serde_json::from_value(json!({"apiVersion": "scheduling.x-k8s.io/v1alpha1",
+            "kind": "PodGroup", "metadata": {"name": "train", "namespace": "ns"}}))
+            .unwrap();
+        let taken = Served(BACKENDS.to_vec(), Some(foreign));
+        assert_eq!(
+            decide_with(&pod, &job, Some(&managed()), &taken, &s),
+            Decision::Skipped(Skip::Conflict)
+        );
+        let zero: DynamicObject = serde_json::from_value(json!({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": "train", "namespace": "ns", "uid": "job-uid"},
+            "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 0, "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}}}})).unwrap();
+        assert_eq!(
+            decide_for(&pod, &zero, Some(&managed()), &s),
+            Decision::Skipped(Skip::InvalidJob)
+        );
+    }
+
+    #[test]
+    fn rule_8_the_mpijob_launcher_is_found_through_its_batch_job() {
+        let s = settings(BackendKind::SchedulerPlugins);
+        let mut pod = Pod::of(owner_ref("batch/v1", "Job", "mpi-launcher", "batch-uid"));
+        pod.labels = Some(BTreeMap::from([
+            (JOB_NAME_LABEL.into(), "mpi".into()),
+            (OPERATOR_NAME_LABEL.into(), "mpi-operator".into()),
+            (JOB_ROLE_LABEL.into(), "launcher".into()),
+        ]));
+        let owner = owner_of(&pod.view()).unwrap();
+        assert_eq!(
+            owner,
+            Owner {
+                kind: &MPIJOB_V2BETA1,
+                name: "mpi".into(),
+                uid: None,
+                launcher: true
+            }
+        );
+        let Decision::Link { name, .. } =
+            decide_for(&pod, &mpijob("AtStartup"), Some(&managed()), &s)
+        else {
+            panic!()
+        };
+        assert_eq!(name, "mpi");
+        assert_eq!(
+            decide_for(&pod, &mpijob("WaitForWorkersReady"), Some(&managed()), &s),
+            Decision::Skipped(Skip::LauncherOutsideGang)
+        );
+        // The workers of that job are linked.
+        let worker = Pod::of(owner_ref(
+            "kubeflow.org/v2beta1",
+            "MPIJob",
+            "mpi",
+            "mpi-uid",
+        ));
+        assert!(matches!(
+            decide_for(
+                &worker,
+                &mpijob("WaitForWorkersReady"),
+                Some(&managed()),
+                &s
+            ),
+            Decision::Link { .. }
+        ));
+    }
+
+    #[test]
+    fn rule_8_pods_of_other_owners_are_not_ours() {
+        let view = |owners: &[OwnerReference], labels: Option<&BTreeMap<String, String>>| {
+            owner_of(&PodView {
+                labels,
+                annotations: None,
+                owner_references: owners,
+                scheduler_name: None,
+            })
+        };
+        assert_eq!(view(&[], None), Err(Skip::NoOwner));
+        let rs = owner_ref("apps/v1", "ReplicaSet", "web-123", "u");
+        assert_eq!(view(&[rs], None), Err(Skip::ForeignOwner));
+        // A batch/v1 Job that is not mpi-operator's launcher of that job.
+        let labels = BTreeMap::from([
+            (JOB_NAME_LABEL.into(), "mpi".into()),
+            (OPERATOR_NAME_LABEL.into(), "mpi-operator".into()),
+            (JOB_ROLE_LABEL.into(), "launcher".into()),
+        ]);
+        let other = owner_ref("batch/v1", "Job", "nightly", "u");
+        assert_eq!(view(&[other], Some(&labels)), Err(Skip::ForeignOwner));
+        // A reference that is not the controller does not count.
+        let mut not_controller = owner_ref("kubeflow.org/v1", "PyTorchJob", "train", "u");
+        not_controller.controller = None;
+        assert_eq!(view(&[not_controller], None), Err(Skip::NoOwner));
+    }
+
+    #[test]
+    fn rule_8_the_patch_creates_missing_maps_and_escapes_keys() {
+        let labels = BTreeMap::new();
+        let view = PodView {
+            labels: Some(&labels),
+            annotations: None,
+            owner_references: &[],
+            scheduler_name: None,
+        };
+        let patch = json_patch(
+            &view,
+            &[
+                Addition::Label("scheduling.x-k8s.io/pod-group", "g".into()),
+                Addition::Annotation("scheduling.k8s.io/group-name", "g".into()),
+                Addition::SchedulerName("volcano".into()),
+            ],
+        );
+        assert_eq!(
+            patch,
+            json!([
+                {"op": "add", "path": "/metadata/labels/scheduling.x-k8s.io~1pod-group", "value": "g"},
+                {"op": "add", "path": "/metadata/annotations", "value": {}},
+                {"op": "add", "path": "/metadata/annotations/scheduling.k8s.io~1group-name", "value": "g"},
+                {"op": "add", "path": "/spec/schedulerName", "value": "volcano"},
+            ])
+        );
+    }
+}
