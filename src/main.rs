@@ -214,7 +214,7 @@ struct WebhookArgs {
     /// Serve the pod-link admission webhook (zero-touch: pods of managed jobs get their PodGroup
     /// link and scheduler at creation, so job templates need none). Every replica serves it.
     #[arg(long = "webhook", env = "PODGROUP_SYNC_WEBHOOK")]
-    enabled: bool,
+    serve: bool,
     /// HTTPS address of the webhook (path /pod-link).
     #[arg(
         long = "webhook-addr",
@@ -360,7 +360,7 @@ fn settings(args: &RunArgs) -> Settings {
         resize: args.resize,
         keep_finished: args.keep_finished,
         gang_wait_warning: Duration::from_secs(args.gang_wait_warning_seconds),
-        webhook: args.webhook.enabled,
+        webhook: args.webhook.serve,
     }
 }
 
@@ -413,7 +413,7 @@ async fn controller_main(args: RunArgs) -> Result<(), Box<dyn std::error::Error>
 
     let settings = settings(&args);
     let (caches_tx, caches_rx) = watch::channel(None);
-    if args.webhook.enabled {
+    if args.webhook.serve {
         start_webhook(&args.webhook, &settings, caches_rx, &metrics).await?;
     }
     let events = Events::new(
@@ -530,4 +530,14 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
     info!("shutdown signal received");
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        super::Cli::command().debug_assert();
+    }
 }

@@ -23,6 +23,7 @@ pub mod controller;
 pub mod faults;
 pub mod jobs;
 pub mod lifecycle;
+pub mod webhook;
 
 use std::future::Future;
 use std::io::{BufRead, BufReader, Write};

@@ -1,0 +1,393 @@
+//! The pod-link webhook on a real control plane (SPEC §8): the real kube-apiserver calls the
+//! controller's webhook over TLS on loopback for pods created the way training-operator and
+//! mpi-operator create them.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use kube::api::{DynamicObject, ObjectMeta, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+use support::controller::{self, Controller};
+use support::jobs::{self, Backend, Kind};
+use support::webhook::{self as wh, Certs, link_of, operator_pod};
+use tokio::sync::OnceCell;
+
+/// The namespace label that the shared controller's webhook configuration selects.
+const SHARED: &str = "pgs-webhook-shared";
+
+struct Shared {
+    controller: Mutex<Controller>,
+}
+
+static SHARED_SETUP: OnceCell<Shared> = OnceCell::const_new();
+
+fn work_dir(name: &str) -> PathBuf {
+    let base = std::env::var_os("CARGO_TARGET_TMPDIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    base.join(format!("webhook-{name}-{}", std::process::id()))
+}
+
+/// A controller serving the webhook, and the configuration that sends it the pods of
+/// namespaces labelled `podgroup-sync.test/webhook=<config>`.
+async fn start_with_webhook(config: &str, extra: &[&str]) -> (Controller, Certs, u16) {
+    let cluster = support::cluster().await;
+    let certs = wh::certs(&work_dir(config), &format!("{config}-ca"));
+    let port = wh::free_port();
+    let mut args = wh::args(port, &certs);
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let c = controller::start(cluster, None, &args);
+    let client = cluster.client().await;
+    wh::register(&client, &wh::configuration(config, port, &certs.ca_pem)).await;
+    (c, certs, port)
+}
+
+async fn shared() -> Client {
+    SHARED_SETUP
+        .get_or_init(|| async {
+            let (c, _, _) = start_with_webhook(SHARED, &["--webhook-owner-wait-ms", "1500"]).await;
+            Shared {
+                controller: Mutex::new(c),
+            }
+        })
+        .await;
+    support::cluster().await.client().await
+}
+
+fn shared_metric(name: &str, labels: &[(&str, &str)]) -> f64 {
+    let s = SHARED_SETUP.get().expect("set up");
+    s.controller.lock().unwrap().metric(name, labels)
+}
+
+fn shared_log() -> String {
+    SHARED_SETUP
+        .get()
+        .map(|s| s.controller.lock().unwrap().log_tail())
+        .unwrap_or_default()
+}
+
+/// A namespace the webhook configuration `config` selects, with these annotations.
+async fn namespace(client: &Client, config: &str, annotations: &[(&str, &str)]) -> String {
+    let mut ns = support::namespace("", annotations);
+    ns.metadata.name = None;
+    ns.metadata.generate_name = Some("webhook-".into());
+    ns.metadata.labels = Some(BTreeMap::from([(
+        "podgroup-sync.test/webhook".to_string(),
+        config.to_string(),
+    )]));
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("create namespace")
+        .name_any()
+}
+
+const ENABLED: (&str, &str) = ("podgroup-sync.io/enabled", "true");
+
+fn backend_annotation(b: Backend) -> (&'static str, &'static str) {
+    (
+        "podgroup-sync.io/backend",
+        match b {
+            Backend::SchedulerPlugins => "scheduler-plugins",
+            Backend::Volcano => "volcano",
+        },
+    )
+}
+
+fn scheduler_of(b: Backend) -> &'static str {
+    match b {
+        Backend::SchedulerPlugins => "scheduler-plugins-scheduler",
+        Backend::Volcano => "volcano",
+    }
+}
+
+/// Creates a job whose templates carry no link and no schedulerName.
+async fn unlinked_job(client: &Client, ns: &str, kind: Kind, name: &str) -> DynamicObject {
+    let manifest = wh::unlinked(jobs::job(kind, Backend::SchedulerPlugins, name, 2));
+    jobs::create(client, ns, kind, &manifest).await
+}
+
+/// Creates the pod of `replica_type` the job's operator would create (the MPIJob launcher
+/// through its batch/v1 Job).
+async fn operator_creates_pod(
+    client: &Client,
+    ns: &str,
+    kind: Kind,
+    job: &DynamicObject,
+    replica_type: &str,
+) -> Pod {
+    let launcher = if kind == Kind::MPIJob && replica_type == "Launcher" {
+        Some(wh::launcher_job(client, ns, job).await)
+    } else {
+        None
+    };
+    wh::create_pod(
+        client,
+        ns,
+        &operator_pod(kind, job, replica_type, launcher.as_ref()),
+    )
+    .await
+}
+
+const KINDS: [Kind; 6] = [
+    Kind::PyTorchJob,
+    Kind::TFJob,
+    Kind::MPIJob,
+    Kind::XGBoostJob,
+    Kind::PaddleJob,
+    Kind::JAXJob,
+];
+
+#[tokio::test]
+async fn rule_8_pods_of_every_kind_and_backend_get_the_link_and_the_backends_scheduler() {
+    let client = shared().await;
+    for backend in [Backend::SchedulerPlugins, Backend::Volcano] {
+        let ns = namespace(&client, SHARED, &[ENABLED, backend_annotation(backend)]).await;
+        for kind in KINDS {
+            let name = format!("{}-job", kind.ar().plural.trim_end_matches('s'));
+            let job = unlinked_job(&client, &ns, kind, &name).await;
+            for replica_type in kind.head().into_iter().chain(["Worker"]) {
+                let pod = operator_creates_pod(&client, &ns, kind, &job, replica_type).await;
+                assert_eq!(
+                    link_of(&pod, backend),
+                    (Some(name.clone()), Some(scheduler_of(backend).to_string())),
+                    "{kind:?} {replica_type} pod on {backend:?}\n{}",
+                    shared_log()
+                );
+            }
+            // The pods name the PodGroup the controller makes.
+            jobs::wait_pg(&client, &ns, backend, &name, "created", |_| true).await;
+        }
+    }
+    for b in ["scheduler-plugins", "volcano"] {
+        assert!(
+            shared_metric(
+                "podgroup_sync_admissions_total",
+                &[("result", "linked"), ("reason", b)]
+            ) >= 11.0
+        );
+    }
+}
+
+#[tokio::test]
+async fn rule_8_pods_that_are_not_ours_to_link_are_admitted_unchanged() {
+    let client = shared().await;
+    let unchanged = |pod: &Pod, what: &str| {
+        // The API server defaults the schedulerName; nothing else is set.
+        assert_eq!(
+            link_of(pod, Backend::SchedulerPlugins),
+            (None, Some("default-scheduler".into())),
+            "{what}\n{}",
+            shared_log()
+        );
+        assert_eq!(link_of(pod, Backend::Volcano).0, None, "{what}");
+    };
+    let dry = namespace(&client, SHARED, &[("podgroup-sync.io/enabled", "dry-run")]).await;
+    let job = unlinked_job(&client, &dry, Kind::PyTorchJob, "dry").await;
+    unchanged(
+        &operator_creates_pod(&client, &dry, Kind::PyTorchJob, &job, "Worker").await,
+        "dry-run namespace",
+    );
+    let off = namespace(&client, SHARED, &[]).await;
+    let job = unlinked_job(&client, &off, Kind::PyTorchJob, "off").await;
+    unchanged(
+        &operator_creates_pod(&client, &off, Kind::PyTorchJob, &job, "Worker").await,
+        "namespace not enabled",
+    );
+
+    let on = namespace(&client, SHARED, &[ENABLED]).await;
+    let mut manifest = wh::unlinked(jobs::job(
+        Kind::PyTorchJob,
+        Backend::SchedulerPlugins,
+        "opted-out",
+        2,
+    ));
+    manifest["metadata"]["annotations"] = json!({"podgroup-sync.io/enabled": "false"});
+    let job = jobs::create(&client, &on, Kind::PyTorchJob, &manifest).await;
+    unchanged(
+        &operator_creates_pod(&client, &on, Kind::PyTorchJob, &job, "Worker").await,
+        "opted-out job",
+    );
+
+    // A pod with the operators' label whose controller is not a job.
+    let cm: ConfigMap = Api::namespaced(client.clone(), &on)
+        .create(
+            &PostParams::default(),
+            &ConfigMap {
+                metadata: ObjectMeta {
+                    name: Some("owner".into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let foreign: Pod = serde_json::from_value(json!({"metadata": {"generateName": "foreign-",
+        "labels": {"training.kubeflow.org/job-name": "owner"},
+        "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": cm.uid().unwrap(), "controller": true}]},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}})).unwrap();
+    unchanged(
+        &wh::create_pod(&client, &on, &foreign).await,
+        "pod of another owner",
+    );
+
+    // A pod that carries a link and a schedulerName of its own keeps both.
+    let mut manifest = jobs::job(Kind::PyTorchJob, Backend::SchedulerPlugins, "own-link", 2);
+    manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"] =
+        json!({"labels": {"scheduling.x-k8s.io/pod-group": "own-link"}});
+    manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["schedulerName"] =
+        json!("my-scheduler");
+    let job = jobs::create(&client, &on, Kind::PyTorchJob, &manifest).await;
+    let pod = operator_creates_pod(&client, &on, Kind::PyTorchJob, &job, "Worker").await;
+    assert_eq!(
+        link_of(&pod, Backend::SchedulerPlugins),
+        (Some("own-link".into()), Some("my-scheduler".into()))
+    );
+
+    // The launcher of an MPIJob that waits for its workers is outside the gang; its workers
+    // are linked.
+    let mut manifest = wh::unlinked(jobs::job(
+        Kind::MPIJob,
+        Backend::SchedulerPlugins,
+        "wait",
+        2,
+    ));
+    manifest["spec"]["launcherCreationPolicy"] = json!("WaitForWorkersReady");
+    let job = jobs::create(&client, &on, Kind::MPIJob, &manifest).await;
+    unchanged(
+        &operator_creates_pod(&client, &on, Kind::MPIJob, &job, "Launcher").await,
+        "launcher outside the gang",
+    );
+    let worker = operator_creates_pod(&client, &on, Kind::MPIJob, &job, "Worker").await;
+    assert_eq!(
+        link_of(&worker, Backend::SchedulerPlugins).0.as_deref(),
+        Some("wait")
+    );
+
+    for reason in [
+        "namespace_dry_run",
+        "namespace_off",
+        "opted_out",
+        "foreign_owner",
+        "launcher_outside_gang",
+    ] {
+        assert!(
+            shared_metric(
+                "podgroup_sync_admissions_total",
+                &[("result", "skipped"), ("reason", reason)]
+            ) >= 1.0,
+            "{reason}"
+        );
+    }
+    assert!(shared_metric("podgroup_sync_admissions_total", &[("result", "unchanged")]) >= 1.0);
+}
+
+#[tokio::test]
+async fn rule_8_a_pod_right_after_its_job_is_linked_and_one_whose_job_never_comes_is_counted() {
+    let client = shared().await;
+    let ns = namespace(&client, SHARED, &[ENABLED]).await;
+    // The operator's pod follows the job at once: the admission waits for our cache.
+    let job = unlinked_job(&client, &ns, Kind::TFJob, "fresh").await;
+    let pod = operator_creates_pod(&client, &ns, Kind::TFJob, &job, "PS").await;
+    assert_eq!(
+        link_of(&pod, Backend::SchedulerPlugins).0.as_deref(),
+        Some("fresh"),
+        "{}",
+        shared_log()
+    );
+
+    // A pod whose job never reaches the cache is admitted unlinked after the wait, logged and
+    // counted: never held past the API server's timeout, never rejected.
+    let before = shared_metric(
+        "podgroup_sync_admissions_total",
+        &[("result", "error"), ("reason", "owner_not_cached")],
+    );
+    let ghost: Pod = serde_json::from_value(json!({"metadata": {"generateName": "ghost-",
+        "labels": {"training.kubeflow.org/job-name": "ghost"},
+        "ownerReferences": [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "ghost",
+            "uid": "00000000-0000-0000-0000-000000000001", "controller": true}]},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}}))
+    .unwrap();
+    let start = Instant::now();
+    let pod = wh::create_pod(&client, &ns, &ghost).await;
+    let took = start.elapsed();
+    assert_eq!(
+        link_of(&pod, Backend::SchedulerPlugins),
+        (None, Some("default-scheduler".into()))
+    );
+    assert!(
+        took >= Duration::from_millis(1400) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    let after = shared_metric(
+        "podgroup_sync_admissions_total",
+        &[("result", "error"), ("reason", "owner_not_cached")],
+    );
+    assert_eq!(after, before + 1.0);
+    assert!(
+        shared_log().contains("its job is not in the cache"),
+        "{}",
+        shared_log()
+    );
+}
+
+#[tokio::test]
+async fn rule_8_a_certificate_rotated_on_disk_is_served_without_restart() {
+    const CONFIG: &str = "pgs-webhook-rotation";
+    let key = "podgroup-sync.test/rotation";
+    let (mut c, certs, port) = start_with_webhook(
+        CONFIG,
+        &["--annotation-key", key, "--default-backend", "volcano"],
+    )
+    .await;
+    let client = support::cluster().await.client().await;
+    let ns = namespace(&client, CONFIG, &[(key, "true")]).await;
+    let job = unlinked_job(&client, &ns, Kind::PyTorchJob, "rotate").await;
+    let linked = |pod: &Pod| link_of(pod, Backend::Volcano).0.is_some();
+    let pid = c.child.id();
+    assert!(
+        linked(&operator_creates_pod(&client, &ns, Kind::PyTorchJob, &job, "Worker").await),
+        "{}",
+        c.log_tail()
+    );
+
+    // A new CA and certificate on disk, and the configuration trusting only the new CA (as
+    // cert-manager's CA injection does): pods are linked again once the new one is served.
+    let rotated = wh::certs(&certs.dir, "rotated-ca");
+    wh::register(&client, &wh::configuration(CONFIG, port, &rotated.ca_pem)).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let pod = operator_creates_pod(&client, &ns, Kind::PyTorchJob, &job, "Worker").await;
+        if linked(&pod) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the rotated certificate is not served\n{}",
+            c.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(c.child.id(), pid);
+    assert!(c.child.try_wait().unwrap().is_none(), "no restart");
+    assert_eq!(
+        c.metric(
+            "podgroup_sync_webhook_certificate_reloads_total",
+            &[("result", "ok")]
+        ),
+        2.0
+    );
+    assert_eq!(
+        c.metric("podgroup_sync_webhook_certificate_loaded", &[]),
+        1.0
+    );
+    c.stop();
+}
