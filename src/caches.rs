@@ -30,6 +30,8 @@ pub struct Caches {
     pub owned: OwnedIndex,
     /// The job cache of each watched kind (read by the pod-link webhook).
     pub jobs: JobStores,
+    /// Pods of managed jobs created without a link (kept only with the webhook on).
+    pub unlinked: crate::unlinked::UnlinkedPods,
 }
 
 /// The job cache of each watched kind and version.

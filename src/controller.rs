@@ -164,6 +164,7 @@ impl ContextCaches {
             pod_groups: Default::default(),
             owned: Default::default(),
             jobs: Default::default(),
+            unlinked: Default::default(),
         };
         Ok(Some((caches, self.tasks)))
     }
@@ -224,6 +225,15 @@ pub async fn run(
         leading.clone(),
         in_flight,
     ));
+    if ctx_settings.webhook {
+        tasks.push(crate::unlinked::spawn(
+            client.clone(),
+            caches.unlinked.clone(),
+            triggers.clone(),
+            liveness.probe("pods"),
+            metrics.clone(),
+        ));
+    }
     let _ = caches_out.send(Some(caches.clone()));
     remember_published_events(&client, &ctx).await;
     tasks.push(spawn_leader_trigger(leading, triggers.clone()));

@@ -58,6 +58,7 @@ pub enum Reason {
     GangSpecWarning,
     /// A replica template's pods will not join the PodGroup.
     MissingPodGroupLink,
+    PodsNotLinked,
     /// A PodGroup of that name belongs to someone else.
     PodGroupConflict,
     /// The scheduler says the gang cannot be scheduled.
@@ -71,12 +72,13 @@ pub enum Reason {
 }
 
 impl Reason {
-    pub const ALL: [Reason; 10] = [
+    pub const ALL: [Reason; 11] = [
         Reason::InvalidSpec,
         Reason::InvalidBackend,
         Reason::BackendUnavailable,
         Reason::GangSpecWarning,
         Reason::MissingPodGroupLink,
+        Reason::PodsNotLinked,
         Reason::PodGroupConflict,
         Reason::GangUnschedulable,
         Reason::GangWaiting,
@@ -91,6 +93,7 @@ impl Reason {
             Reason::BackendUnavailable => "BackendUnavailable",
             Reason::GangSpecWarning => "GangSpecWarning",
             Reason::MissingPodGroupLink => "MissingPodGroupLink",
+            Reason::PodsNotLinked => "PodsNotLinked",
             Reason::PodGroupConflict => "PodGroupConflict",
             Reason::GangUnschedulable => "GangUnschedulable",
             Reason::GangWaiting => "GangWaiting",

@@ -30,5 +30,6 @@ pub mod reconcile;
 pub mod resources;
 pub mod running;
 pub mod trigger;
+pub mod unlinked;
 pub mod watch;
 pub mod webhook;

@@ -54,6 +54,9 @@ pub struct Input<'a> {
     pub pod_groups: &'a dyn PodGroups,
     /// The object the API server refused (400/422) for this job last time, and its message.
     pub refused: Option<&'a (Value, String)>,
+    /// The job's pods created without a PodGroup link (name, is the MPIJob launcher); kept
+    /// only with the pod-link webhook on.
+    pub unlinked_pods: &'a [(String, bool)],
     pub settings: &'a Settings,
     pub now: Timestamp,
 }
@@ -332,12 +335,44 @@ fn plan_active(input: &Input, mode: Mode, job: &Job, gang: &Gang) -> Plan {
             ),
         ));
     }
+    if let Some(message) = unlinked_pods(input, mode, job, &name) {
+        plan.events.push((Reason::PodsNotLinked, message));
+    }
     if mode == Mode::Manage {
         // A PodGroup this job owns under another name or backend is stale.
         plan.deletes = stale(input, Some((backend_kind, &name)));
     }
     let existing = input.pod_groups.get(backend_kind, &job.namespace, &name);
     plan_pod_group(input, mode, job, gang, backend_kind, &name, existing, plan)
+}
+
+/// Pods of the gang that the pod-link webhook did not link (SPEC §8): they run outside the
+/// gang, so the job is told which, and how to get them linked.
+fn unlinked_pods(input: &Input, mode: Mode, job: &Job, name: &str) -> Option<String> {
+    if !input.settings.webhook || mode != Mode::Manage {
+        return None;
+    }
+    let pods: Vec<&str> = input
+        .unlinked_pods
+        .iter()
+        .filter(|(_, launcher)| !(*launcher && job.launcher_waits_for_workers))
+        .map(|(p, _)| p.as_str())
+        .collect();
+    if pods.is_empty() {
+        return None;
+    }
+    const SHOWN: usize = 5;
+    let more = pods.len().saturating_sub(SHOWN);
+    Some(format!(
+        "{} pod(s) were created without the link to PodGroup {name} and run outside the gang: {}{}; the pod-link webhook did not admit them (it was stopped or unreachable, or the job was not in its cache yet). Delete them and the operator recreates them linked",
+        pods.len(),
+        pods[..pods.len().min(SHOWN)].join(", "),
+        if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        }
+    ))
 }
 
 /// The PodGroup itself: a conflict, an update of ours, or a create (SPEC §3, §4).
@@ -598,6 +633,18 @@ mod tests {
         refused: Option<&(Value, String)>,
         leading: bool,
     ) -> Plan {
+        plan_unlinked(job, ns, pgs, s, refused, leading, &[])
+    }
+
+    fn plan_unlinked(
+        job: &Value,
+        ns: Option<&BTreeMap<String, String>>,
+        pgs: &Cached,
+        s: &Settings,
+        refused: Option<&(Value, String)>,
+        leading: bool,
+        unlinked_pods: &[(String, bool)],
+    ) -> Plan {
         let obj: DynamicObject = serde_json::from_value(job.clone()).unwrap();
         let kind = JobKind::lookup(
             job["apiVersion"].as_str().unwrap(),
@@ -613,6 +660,7 @@ mod tests {
             defaults: &Ok(AdmissionDefaults::default()),
             pod_groups: pgs,
             refused,
+            unlinked_pods,
             settings: s,
             now: "2026-12-01T00:10:00Z".parse().unwrap(),
         })
@@ -1009,6 +1057,52 @@ mod tests {
             "{}",
             p.events[0].1
         );
+    }
+
+    #[test]
+    fn rule_8_pods_created_without_the_link_are_reported_on_the_job() {
+        let s = Settings {
+            webhook: true,
+            ..settings()
+        };
+        let ns = annotations("true");
+        let pods = [
+            ("train-worker-0".to_string(), false),
+            ("train-worker-1".to_string(), false),
+        ];
+        let p = plan_unlinked(
+            &job(2),
+            Some(&ns),
+            &Cached::serving_both(),
+            &s,
+            None,
+            true,
+            &pods,
+        );
+        assert_eq!(reasons(&p), vec![Reason::PodsNotLinked]);
+        assert!(p.events[0].1.starts_with("2 pod(s) were created without the link to PodGroup train and run outside the gang: train-worker-0, train-worker-1;"), "{}", p.events[0].1);
+        assert!(p.write.is_some(), "the PodGroup is still made");
+        // Not without the webhook (MissingPodGroupLink covers templates then), not in dry-run.
+        let off = plan_unlinked(
+            &job(2),
+            Some(&ns),
+            &Cached::serving_both(),
+            &settings(),
+            None,
+            true,
+            &pods,
+        );
+        assert_eq!(reasons(&off), vec![]);
+        let dry = plan_unlinked(
+            &job(2),
+            Some(&annotations("dry-run")),
+            &Cached::serving_both(),
+            &s,
+            None,
+            true,
+            &pods,
+        );
+        assert!(!reasons(&dry).contains(&Reason::PodsNotLinked));
     }
 
     #[test]

@@ -222,6 +222,13 @@ fn plan_for(obj: &DynamicObject, ctx: &Context, kind: &'static JobKind) -> Plan 
     let priorities = ctx.caches.priorities();
     let defaults = ctx.caches.admission_defaults(&namespace);
     let refused = ctx.refusal(&obj.uid().unwrap_or_default());
+    let unlinked = if ctx.settings.webhook {
+        ctx.caches
+            .unlinked
+            .of(&namespace, kind.kind, &obj.name_any())
+    } else {
+        Vec::new()
+    };
     plan::plan(&Input {
         kind,
         job: obj,
@@ -231,6 +238,7 @@ fn plan_for(obj: &DynamicObject, ctx: &Context, kind: &'static JobKind) -> Plan 
         defaults: &defaults,
         pod_groups: &ctx.caches,
         refused: refused.as_ref(),
+        unlinked_pods: &unlinked,
         settings: &ctx.settings,
         now: Timestamp::now(),
     })

@@ -391,3 +391,44 @@ async fn rule_8_a_certificate_rotated_on_disk_is_served_without_restart() {
     );
     c.stop();
 }
+
+#[tokio::test]
+async fn rule_8_with_the_webhook_stopped_pods_are_created_and_the_job_is_told() {
+    const CONFIG: &str = "pgs-webhook-stopped";
+    let key = "podgroup-sync.test/stopped";
+    let (mut c, _certs, _) = start_with_webhook(CONFIG, &["--annotation-key", key]).await;
+    // The shared controller stands for the leader that keeps running while the replica the
+    // API server calls is gone.
+    let client = shared().await;
+    let ns = namespace(&client, CONFIG, &[(key, "true"), ENABLED]).await;
+    let job = unlinked_job(&client, &ns, Kind::PyTorchJob, "stopped").await;
+    let linked = operator_creates_pod(&client, &ns, Kind::PyTorchJob, &job, "Master").await;
+    assert_eq!(
+        link_of(&linked, Backend::SchedulerPlugins).0.as_deref(),
+        Some("stopped"),
+        "{}",
+        c.log_tail()
+    );
+    c.stop();
+
+    let start = Instant::now();
+    let pod = operator_creates_pod(&client, &ns, Kind::PyTorchJob, &job, "Worker").await;
+    assert_eq!(
+        link_of(&pod, Backend::SchedulerPlugins).0,
+        None,
+        "failurePolicy Ignore admits it unchanged"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(6),
+        "{:?}",
+        start.elapsed()
+    );
+    let event = jobs::wait_event(&client, &ns, "stopped", "PodsNotLinked").await;
+    let note = event.note.unwrap_or_default();
+    assert!(note.contains(&pod.name_any()), "{note}");
+    assert!(
+        !note.contains(&linked.name_any()),
+        "the linked pod is not named: {note}"
+    );
+    assert!(note.contains("link to PodGroup stopped"), "{note}");
+}

@@ -1,0 +1,164 @@
+//! Pods of managed jobs that were created without a PodGroup link, kept from a metadata-only
+//! watch of the Kubeflow operators' pods (only with the pod-link webhook on). A pod the webhook
+//! did not admit — it was stopped or unreachable (failurePolicy Ignore lets the pod through), or
+//! the job was not in its cache yet — would otherwise run outside its gang with nobody told:
+//! the job's reconcile reports it as `PodsNotLinked`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use futures::{StreamExt, future};
+use k8s_openapi::api::core::v1::Pod;
+use kube::core::PartialObjectMeta;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
+
+use crate::backend::{BACKENDS, LinkKey};
+use crate::liveness::Probe;
+use crate::metrics::Metrics;
+use crate::trigger::Trigger;
+use crate::watch::{WatchBackoff, observe};
+use crate::webhook::link::{self, JOB_NAME_LABEL, PodView};
+
+/// A job: namespace, kind, name.
+type JobKey = (String, &'static str, String);
+
+/// Unlinked pods by job: pod name → whether it is the MPIJob launcher.
+#[derive(Clone, Default)]
+pub struct UnlinkedPods(Arc<Mutex<HashMap<JobKey, BTreeMap<String, bool>>>>);
+
+impl UnlinkedPods {
+    /// The unlinked pods of a job: (pod name, is the MPIJob launcher).
+    pub fn of(&self, namespace: &str, kind: &'static str, job: &str) -> Vec<(String, bool)> {
+        let key = (namespace.to_string(), kind, job.to_string());
+        self.0
+            .lock()
+            .expect("lock")
+            .get(&key)
+            .map(|pods| pods.iter().map(|(p, l)| (p.clone(), *l)).collect())
+            .unwrap_or_default()
+    }
+
+    /// Records a pod (`deleted`: removes it); the job whose unlinked pods changed, if any.
+    fn observe(&self, pod: &PartialObjectMeta<Pod>, deleted: bool) -> Option<Trigger> {
+        let (key, launcher, linked) = classify(pod)?;
+        let name = pod.name_any();
+        let mut index = self.0.lock().expect("lock");
+        let changed = if deleted || linked {
+            let pods = index.get_mut(&key)?;
+            let removed = pods.remove(&name).is_some();
+            if pods.is_empty() {
+                index.remove(&key);
+            }
+            removed
+        } else {
+            index.entry(key.clone()).or_default().insert(name, launcher) != Some(launcher)
+        };
+        changed.then(|| job_trigger(&key))
+    }
+
+    /// Replaces the index with the pods of a completed list; the jobs whose unlinked pods
+    /// changed.
+    fn replace(&self, pods: &[PartialObjectMeta<Pod>]) -> Vec<Trigger> {
+        let mut fresh: HashMap<JobKey, BTreeMap<String, bool>> = HashMap::new();
+        for pod in pods {
+            if let Some((key, launcher, false)) = classify(pod) {
+                fresh
+                    .entry(key)
+                    .or_default()
+                    .insert(pod.name_any(), launcher);
+            }
+        }
+        let mut index = self.0.lock().expect("lock");
+        let changed = index
+            .iter()
+            .filter(|(k, v)| fresh.get(*k) != Some(*v))
+            .chain(fresh.iter().filter(|(k, _)| !index.contains_key(*k)))
+            .map(|(k, _)| job_trigger(k))
+            .collect();
+        *index = fresh;
+        changed
+    }
+}
+
+/// The job of a pod, whether it is the MPIJob launcher, and whether it carries a link of any
+/// backend; `None` for pods whose controller is not a job kind.
+fn classify(pod: &PartialObjectMeta<Pod>) -> Option<(JobKey, bool, bool)> {
+    let owners = pod.metadata.owner_references.clone().unwrap_or_default();
+    let view = PodView {
+        labels: pod.metadata.labels.as_ref(),
+        annotations: pod.metadata.annotations.as_ref(),
+        owner_references: &owners,
+        scheduler_name: None,
+    };
+    let owner = link::owner_of(&view).ok()?;
+    let linked = BACKENDS.iter().any(|b| match b.backend().link_key() {
+        LinkKey::Label(k) => view.labels.is_some_and(|l| l.contains_key(k)),
+        LinkKey::Annotation(k) => view.annotations.is_some_and(|a| a.contains_key(k)),
+    });
+    let key = (pod.namespace()?, owner.kind.kind, owner.name);
+    Some((key, owner.launcher, linked))
+}
+
+fn job_trigger((namespace, kind, name): &JobKey) -> Trigger {
+    let api_version = crate::job::KINDS
+        .iter()
+        .find(|k| k.kind == *kind)
+        .map(|k| k.api_version())
+        .unwrap_or_default();
+    Trigger::Job {
+        api_version,
+        kind: kind.to_string(),
+        namespace: namespace.clone(),
+        name: name.clone(),
+    }
+}
+
+/// Watches the metadata of pods with the operators' job-name label (the webhook's
+/// objectSelector) and keeps `index`; a change to a job's unlinked pods requeues the job.
+pub fn spawn(
+    client: Client,
+    index: UnlinkedPods,
+    triggers: broadcast::Sender<Trigger>,
+    probe: Probe,
+    metrics: Arc<Metrics>,
+) -> JoinHandle<()> {
+    // Metadata only: labels, annotations and owners are all the index reads.
+    let api: Api<PartialObjectMeta<Pod>> = Api::all(client);
+    let config = watcher::Config::default()
+        .labels(JOB_NAME_LABEL)
+        .any_semantic();
+    let stream = watcher(api, config).backoff(WatchBackoff::default());
+    tokio::spawn(async move {
+        let _guard = probe.task_guard();
+        let mut listed: Vec<PartialObjectMeta<Pod>> = Vec::new();
+        stream
+            .for_each(|ev| {
+                observe(&probe, &metrics, &ev);
+                match ev {
+                    Ok(watcher::Event::Init) => listed.clear(),
+                    Ok(watcher::Event::InitApply(p)) => listed.push(p),
+                    Ok(watcher::Event::InitDone) => {
+                        for t in index.replace(&std::mem::take(&mut listed)) {
+                            let _ = triggers.send(t);
+                        }
+                    }
+                    Ok(watcher::Event::Apply(p)) => {
+                        if let Some(t) = index.observe(&p, false) {
+                            let _ = triggers.send(t);
+                        }
+                    }
+                    Ok(watcher::Event::Delete(p)) => {
+                        if let Some(t) = index.observe(&p, true) {
+                            let _ = triggers.send(t);
+                        }
+                    }
+                    Err(_) => {}
+                }
+                future::ready(())
+            })
+            .await;
+    })
+}
