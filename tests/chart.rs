@@ -146,6 +146,22 @@ impl Rendered {
         all[0]
     }
 
+    /// The one object of `kind` whose name ends with `suffix`.
+    fn named(&self, kind: &str, suffix: &str) -> &Value {
+        let all: Vec<&Value> = self
+            .0
+            .iter()
+            .filter(|d| {
+                d["kind"] == kind
+                    && d["metadata"]["name"]
+                        .as_str()
+                        .is_some_and(|n| n.ends_with(suffix))
+            })
+            .collect();
+        assert_eq!(all.len(), 1, "exactly one {kind} *{suffix} expected");
+        all[0]
+    }
+
     fn has(&self, kind: &str) -> bool {
         self.0.iter().any(|d| d["kind"] == kind)
     }
@@ -205,8 +221,9 @@ fn rules_of(doc: &Value) -> Vec<PolicyRule> {
     serde_json::from_value(doc["rules"].clone()).expect("RBAC rules")
 }
 
-/// The ClusterRole's permissions, exactly (SPEC §6; README "Permissions").
-fn expected_cluster_triples() -> BTreeSet<(String, String, String)> {
+/// The ClusterRole's permissions, exactly (SPEC §6; README "Permissions"); `webhook`: with the
+/// pod-link webhook on.
+fn expected_cluster_triples(webhook: bool) -> BTreeSet<(String, String, String)> {
     let mut want = BTreeSet::new();
     let mut add = |group: &str, resources: &[&str], verbs: &[&str]| {
         for r in resources {
@@ -233,6 +250,9 @@ fn expected_cluster_triples() -> BTreeSet<(String, String, String)> {
     add("scheduling.x-k8s.io", &["podgroups"], &pg_verbs);
     add("scheduling.volcano.sh", &["podgroups"], &pg_verbs);
     add("events.k8s.io", &["events"], &["list", "create"]);
+    if webhook {
+        add("", &["pods"], &["list", "watch"]);
+    }
     want
 }
 
@@ -292,7 +312,11 @@ fn check_invariants(name: &str, r: &Rendered, flags: &BTreeSet<String>) {
     // Least privilege: exactly the rules of SPEC §6, nothing on pods or secrets.
     if r.has("ClusterRole") {
         let got = triples(&rules_of(r.one("ClusterRole")));
-        assert_eq!(got, expected_cluster_triples(), "{name}: ClusterRole rules");
+        assert_eq!(
+            got,
+            expected_cluster_triples(r.has("MutatingWebhookConfiguration")),
+            "{name}: ClusterRole rules"
+        );
         assert!(!got.iter().any(|(_, res, v)| {
             ["pods", "secrets", "configmaps", "*"].contains(&res.as_str()) || v == "*"
         }));
@@ -423,6 +447,24 @@ podDisruptionBudget:
   enabled: false
 leaderElection:
   enabled: false
+webhook:
+  enabled: false
+"#;
+
+const WEBHOOK_CERT_MANAGER: &str = r#"
+webhook:
+  port: 10250
+  timeoutSeconds: 3
+  ownerWaitMilliseconds: 1500
+  reinvocationPolicy: Never
+  coschedulingSchedulerName: ""
+  namespaceSelector:
+    matchLabels:
+      gang-scheduling: "on"
+  certificate:
+    certManager:
+      enabled: true
+      issuerRef: {name: cluster-ca, kind: ClusterIssuer}
 "#;
 
 #[test]
@@ -434,6 +476,7 @@ fn lint_and_template_pass_for_every_supported_value_set() {
         ("monitoring", MONITORING),
         ("locked-down", LOCKED_DOWN),
         ("bring-your-own-rbac", BRING_YOUR_OWN_RBAC),
+        ("webhook-cert-manager", WEBHOOK_CERT_MANAGER),
     ];
     for (name, values) in sets {
         lint(name, values).unwrap_or_else(|e| panic!("helm lint --strict, {name}:\n{e}"));
@@ -446,9 +489,11 @@ fn lint_and_template_pass_for_every_supported_value_set() {
                     "ClusterRole",
                     "ClusterRoleBinding",
                     "Deployment",
+                    "MutatingWebhookConfiguration",
                     "PodDisruptionBudget",
                     "Role",
                     "RoleBinding",
+                    "Secret",
                     "Service",
                     "ServiceAccount",
                 ]
@@ -485,9 +530,11 @@ fn lint_and_template_pass_for_every_supported_value_set() {
                     r.one("ClusterRoleBinding")["subjects"][0],
                     json!({"kind": "ServiceAccount", "name": "pgs-podgroup-sync", "namespace": "ops"})
                 );
-                let svc = r.one("Service");
+                let svc = r.named("Service", "-metrics");
                 assert_eq!(svc["spec"]["ports"][0]["targetPort"], "http");
+                check_generated_webhook(&r);
             }
+            "webhook-cert-manager" => check_cert_manager_webhook(&r),
             "volcano-dry-run-ha" => {
                 assert_eq!(r.one("Deployment")["spec"]["replicas"], 2);
                 for arg in [
@@ -520,7 +567,7 @@ fn lint_and_template_pass_for_every_supported_value_set() {
                 assert_eq!(sm["spec"]["endpoints"][0]["port"], "http");
                 assert_eq!(sm["spec"]["endpoints"][0]["scrapeTimeout"], "10s");
                 // The ServiceMonitor selects the metrics Service by its labels.
-                let svc_labels = &r.one("Service")["metadata"]["labels"];
+                let svc_labels = &r.named("Service", "-metrics")["metadata"]["labels"];
                 for (k, v) in sm["spec"]["selector"]["matchLabels"].as_object().unwrap() {
                     assert_eq!(&svc_labels[k], v, "{name}: Service label {k}");
                 }
@@ -555,7 +602,7 @@ fn lint_and_template_pass_for_every_supported_value_set() {
                 // The alert rules find the targets by a job label containing "podgroup-sync":
                 // the Service (ServiceMonitor) and the PodMonitor names provide it.
                 assert!(
-                    r.one("Service")["metadata"]["name"]
+                    r.named("Service", "-metrics")["metadata"]["name"]
                         .as_str()
                         .unwrap()
                         .contains("podgroup-sync")
@@ -608,6 +655,8 @@ fn lint_and_template_pass_for_every_supported_value_set() {
                 );
                 assert_eq!(np["egress"][0]["to"][0]["ipBlock"]["cidr"], "10.0.0.1/32");
                 assert_eq!(np["egress"][1]["ports"][0]["port"], 53);
+                // The API server reaches the webhook.
+                assert_eq!(np["ingress"][1]["ports"][0]["port"], "webhook");
             }
             "bring-your-own-rbac" => {
                 let kinds: BTreeSet<String> = ["Deployment"].map(String::from).into();
@@ -619,6 +668,119 @@ fn lint_and_template_pass_for_every_supported_value_set() {
             _ => unreachable!(),
         }
     }
+}
+
+/// The webhook with the certificate the chart generates: the configuration (Ignore, None, 5 s,
+/// Pod CREATE, the operators' pods only) reaches the Service, the Secret's certificate is for the
+/// Service's names and signed by the CA in the caBundle, and the pod serves it from the Secret.
+fn check_generated_webhook(r: &Rendered) {
+    let hook = &r.one("MutatingWebhookConfiguration")["webhooks"][0];
+    for (field, want) in [
+        ("failurePolicy", json!("Ignore")),
+        ("sideEffects", json!("None")),
+        ("timeoutSeconds", json!(5)),
+        ("reinvocationPolicy", json!("IfNeeded")),
+        ("admissionReviewVersions", json!(["v1"])),
+    ] {
+        assert_eq!(hook[field], want, "{field}");
+    }
+    assert_eq!(
+        hook["rules"],
+        json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"], "scope": "Namespaced"}])
+    );
+    assert_eq!(
+        hook["objectSelector"],
+        json!({"matchExpressions": [{"key": "training.kubeflow.org/job-name", "operator": "Exists"}]})
+    );
+    assert_eq!(
+        hook["clientConfig"]["service"],
+        json!({"name": "pgs-podgroup-sync-webhook", "namespace": "ops", "path": "/pod-link", "port": 443})
+    );
+    let svc = r.named("Service", "-webhook");
+    assert_eq!(svc["spec"]["ports"][0]["targetPort"], "webhook");
+    let secret = r.one("Secret");
+    assert_eq!(secret["metadata"]["name"], "pgs-podgroup-sync-webhook-tls");
+    assert_eq!(hook["clientConfig"]["caBundle"], secret["data"]["ca.crt"]);
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("chart-certs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["ca.crt", "tls.crt"] {
+        let pem = base64::Engine::decode(
+            &base64::engine::general_purpose::STANDARD,
+            secret["data"][f].as_str().unwrap(),
+        )
+        .unwrap();
+        std::fs::write(dir.join(f), pem).unwrap();
+    }
+    let verify = Command::new("openssl")
+        .current_dir(&dir)
+        .args(["verify", "-CAfile", "ca.crt", "tls.crt"])
+        .output()
+        .unwrap();
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stderr)
+    );
+    let san = Command::new("openssl")
+        .current_dir(&dir)
+        .args(["x509", "-in", "tls.crt", "-noout", "-ext", "subjectAltName"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&san.stdout).contains("DNS:pgs-podgroup-sync-webhook.ops.svc"),
+        "{}",
+        String::from_utf8_lossy(&san.stdout)
+    );
+    for arg in [
+        "--webhook",
+        "--webhook-addr=0.0.0.0:9443",
+        "--webhook-cert-file=/etc/podgroup-sync/webhook/tls.crt",
+        "--webhook-key-file=/etc/podgroup-sync/webhook/tls.key",
+        "--link-coscheduling-scheduler-name=scheduler-plugins-scheduler",
+    ] {
+        assert!(r.has_arg(arg), "{arg} in {:?}", r.args());
+    }
+    assert_eq!(
+        r.pod()["volumes"][0]["secret"]["secretName"],
+        "pgs-podgroup-sync-webhook-tls"
+    );
+    assert_eq!(
+        r.container()["ports"][1],
+        json!({"name": "webhook", "containerPort": 9443, "protocol": "TCP"})
+    );
+}
+
+/// The webhook with cert-manager: a Certificate from the given issuer into the Secret the pod
+/// mounts, the CA injected (no caBundle, no generated Secret).
+fn check_cert_manager_webhook(r: &Rendered) {
+    assert!(!r.has("Secret") && !r.has("Issuer"), "{:?}", r.kinds());
+    let cert = r.one("Certificate");
+    assert_eq!(cert["spec"]["secretName"], "pgs-podgroup-sync-webhook-tls");
+    assert_eq!(
+        cert["spec"]["issuerRef"],
+        json!({"name": "cluster-ca", "kind": "ClusterIssuer"})
+    );
+    let mwc = r.one("MutatingWebhookConfiguration");
+    assert_eq!(
+        mwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+        "ops/pgs-podgroup-sync-webhook"
+    );
+    let hook = &mwc["webhooks"][0];
+    assert!(hook["clientConfig"].get("caBundle").is_none());
+    assert_eq!(hook["timeoutSeconds"], 3);
+    assert_eq!(hook["reinvocationPolicy"], "Never");
+    assert_eq!(
+        hook["namespaceSelector"],
+        json!({"matchLabels": {"gang-scheduling": "on"}})
+    );
+    assert!(r.has_arg("--webhook-addr=0.0.0.0:10250"), "{:?}", r.args());
+    assert!(
+        r.has_arg("--link-coscheduling-scheduler-name="),
+        "{:?}",
+        r.args()
+    );
+    assert!(r.has_arg("--webhook-owner-wait-ms=1500"), "{:?}", r.args());
 }
 
 /// The README's values table names every value of values.yaml (a map may be documented whole).
@@ -794,7 +956,10 @@ fn install(cluster: &Cluster, namespace: &str) -> Release {
             a != "run"
                 && !a.starts_with("--http-addr=")
                 && !a.starts_with("--discovery-interval-seconds=")
+                && !a.starts_with("--webhook-addr=")
         })
+        // Tests run several releases' controllers at once: any free port for the webhook.
+        .chain(["--webhook-addr=127.0.0.1:0".to_string()])
         .collect();
 
     let token = cluster.kubectl_ok(&[
@@ -898,8 +1063,9 @@ async fn the_chart_installs_and_its_rbac_is_enough_for_the_lifecycle() {
     let mut too_much = Vec::new();
     for (verb, resource) in [
         ("get", "pods"),
-        ("list", "pods"),
         ("create", "pods"),
+        ("patch", "pods"),
+        ("delete", "pods"),
         ("get", "secrets"),
         ("list", "secrets"),
         ("list", "configmaps"),
@@ -1024,6 +1190,51 @@ async fn the_chart_installs_and_its_rbac_is_enough_for_the_lifecycle() {
     );
     assert!(ctl.child.try_wait().unwrap().is_none(), "{}", log(&ctl));
     ctl.stop();
+    // The webhook's certificate: the configuration trusts the Secret's CA, and `helm upgrade`
+    // keeps both (a new CA on every upgrade would break the pods already running).
+    let webhook_tls = |cluster: &Cluster| {
+        let secret: Value = serde_json::from_str(&cluster.kubectl_ok(&[
+            "get",
+            "secret",
+            &format!("{}-podgroup-sync-webhook-tls", release.name),
+            "-n",
+            &release.namespace,
+            "-o",
+            "json",
+        ]))
+        .unwrap();
+        let mwc: Value = serde_json::from_str(&cluster.kubectl_ok(&[
+            "get",
+            "mutatingwebhookconfiguration",
+            &format!("{}-podgroup-sync", release.name),
+            "-o",
+            "json",
+        ]))
+        .unwrap();
+        assert_eq!(
+            mwc["webhooks"][0]["clientConfig"]["caBundle"],
+            secret["data"]["ca.crt"]
+        );
+        assert_eq!(mwc["webhooks"][0]["failurePolicy"], "Ignore");
+        secret["data"].clone()
+    };
+    let before = webhook_tls(cluster);
+    let out = run_helm(&[
+        OsStr::new("upgrade"),
+        OsStr::new(&release.name),
+        chart_dir().as_os_str(),
+        OsStr::new("--namespace"),
+        OsStr::new(&release.namespace),
+        OsStr::new("--kubeconfig"),
+        cluster.kubeconfig.as_os_str(),
+        OsStr::new("--wait=false"),
+    ]);
+    assert!(out.status.success(), "helm upgrade: {}", helm_stderr(&out));
+    assert_eq!(
+        webhook_tls(cluster),
+        before,
+        "the certificate survives helm upgrade"
+    );
     release.uninstall(cluster);
 }
 
@@ -1364,6 +1575,8 @@ async fn removing_any_single_rule_makes_the_controller_name_the_missing_permissi
         rm("scheduling.volcano.sh", "podgroups", "watch"),
         rm("events.k8s.io", "events", "create"),
         rm("events.k8s.io", "events", "list"),
+        rm("", "pods", "list"),
+        rm("", "pods", "watch"),
         lease("get"),
         lease("update"),
         lease("create"),

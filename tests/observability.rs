@@ -90,10 +90,11 @@ fn describe(out: &Output) -> String {
 
 /// Every family the controller exports, from the library's own registry.
 fn exported() -> BTreeSet<String> {
-    podgroup_sync::metrics::Metrics::new()
-        .metric_names()
-        .into_iter()
-        .collect()
+    let metrics = podgroup_sync::metrics::Metrics::new();
+    // Registered by the binary when it serves the pod-link webhook.
+    podgroup_sync::webhook::admit::AdmissionMetrics::new(&metrics.registry);
+    podgroup_sync::webhook::tls::TlsMetrics::new(&metrics.registry);
+    metrics.metric_names().into_iter().collect()
 }
 
 /// The podgroup_sync_* metric names an expression uses, with a histogram's `_bucket`, `_sum` and
@@ -120,9 +121,11 @@ fn metric_names_in(expr: &str) -> BTreeSet<String> {
 fn histograms() -> BTreeSet<String> {
     use prometheus::core::Collector;
     let m = podgroup_sync::metrics::Metrics::new();
+    let admission = podgroup_sync::webhook::admit::AdmissionMetrics::new(&m.registry);
     [&m.reconcile_duration, &m.job_to_podgroup, &m.gang_wait]
         .iter()
         .flat_map(|h| h.desc().into_iter().map(|d| d.fq_name.clone()))
+        .chain(admission.duration.desc().into_iter().map(|d| d.fq_name.clone()))
         .collect()
 }
 

@@ -99,6 +99,13 @@ are only listed and watched (by caches), never fetched one by one, so "get" is n
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["list", "create"]
+{{- if .Values.webhook.enabled }}
+# With the pod-link webhook: the metadata of the operators' pods, to find pods created while
+# the webhook was unreachable and report them on their job (PodsNotLinked). Never written.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "watch"]
+{{- end }}
 {{- end }}
 
 {{/* The leader-election permissions, in the release namespace only. */}}
@@ -111,4 +118,12 @@ are only listed and watched (by caches), never fetched one by one, so "get" is n
   resources: ["leases"]
   resourceNames: [{{ include "podgroup-sync.leaseName" . | quote }}]
   verbs: ["get", "update"]
+{{- end }}
+
+{{/* The webhook's Service, Secret and Certificate names. */}}
+{{- define "podgroup-sync.webhookService" -}}
+{{ include "podgroup-sync.fullname" . }}-webhook
+{{- end }}
+{{- define "podgroup-sync.webhookSecret" -}}
+{{ include "podgroup-sync.fullname" . }}-webhook-tls
 {{- end }}
