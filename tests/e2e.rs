@@ -170,8 +170,9 @@ async fn b_without_our_pod_group_there_is_no_gang(backend: Backend) {
 
     // The linked job first, on a pool with room for the whole gang.
     let linked = format!("linked-{}", s.id);
+    // Linked by hand: in a namespace that is not enabled the webhook adds nothing.
     let manifest = pytorch(
-        Link::Gang(backend),
+        Link::HandLinked(backend),
         &linked,
         &linked_pool,
         replicas("Master", 1, 1),
@@ -299,7 +300,8 @@ async fn c_mpijob_wait_for_workers_ready_runs_to_completion(backend: Backend) {
 
 /// (d) TFJob with PS (no GPU), 2 Workers and an Evaluator (1 GPU each): the Evaluator is part of
 /// the gang, so on 2 GPUs nothing binds (a gang without it would run PS + Workers); one more GPU
-/// and all 4 run.
+/// and all 4 run. Its templates are linked by hand (the path without the webhook); every other
+/// scenario's templates carry no link and no schedulerName, and the webhook links the pods.
 async fn d_tfjob_ps_worker_evaluator_are_one_gang(backend: Backend) {
     let _turn = exclusive().await;
     let mut s = Scope::new(&format!("e2e-d-{}", tag(backend)), true).await;
@@ -309,7 +311,7 @@ async fn d_tfjob_ps_worker_evaluator_are_one_gang(backend: Backend) {
     let job = format!("tf-{}", s.id);
     let manifest = training_job(
         Kind::TFJob,
-        Link::Gang(backend),
+        Link::HandLinked(backend),
         &job,
         s.pool(),
         &[

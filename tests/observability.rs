@@ -125,7 +125,13 @@ fn histograms() -> BTreeSet<String> {
     [&m.reconcile_duration, &m.job_to_podgroup, &m.gang_wait]
         .iter()
         .flat_map(|h| h.desc().into_iter().map(|d| d.fq_name.clone()))
-        .chain(admission.duration.desc().into_iter().map(|d| d.fq_name.clone()))
+        .chain(
+            admission
+                .duration
+                .desc()
+                .into_iter()
+                .map(|d| d.fq_name.clone()),
+        )
         .collect()
 }
 

@@ -77,8 +77,22 @@ fn init(cluster: &'static Cluster) -> Result<Env, String> {
         }
         None => start_components(cluster)?,
     };
+    // The pod-link webhook on (coscheduling runs in the default scheduler here), reached by
+    // the API server on loopback with a CA of the test's own.
+    let certs = support::webhook::certs(&dir.join("webhook"), "e2e-webhook-ca");
+    let port = support::webhook::free_port();
+    let mut args = support::webhook::args(port, &certs);
+    args.extend(
+        [
+            "--gang-wait-warning-seconds",
+            "3",
+            "--link-coscheduling-scheduler-name=",
+        ]
+        .map(String::from),
+    );
     let controller = std::panic::catch_unwind(|| {
-        controller::start(cluster, None, &["--gang-wait-warning-seconds", "3"])
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        controller::start(cluster, None, &args)
     })
     .map_err(|e| {
         let msg = e
@@ -88,6 +102,16 @@ fn init(cluster: &'static Cluster) -> Result<Env, String> {
             .unwrap_or_default();
         format!("podgroup-sync could not start: {msg}")
     })?;
+    let config = support::webhook::configuration_json("podgroup-sync-e2e", port, &certs.ca_pem);
+    let path = dir.join("webhook.json");
+    std::fs::write(&path, config.to_string()).map_err(|e| e.to_string())?;
+    let out = cluster.kubectl(&["apply", "-f", &path.display().to_string()]);
+    if !out.status.success() {
+        return Err(format!(
+            "registering the webhook: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
     Ok(Env {
         cluster,
         dir,
@@ -497,9 +521,12 @@ pub fn names_of(pods: &[Pod]) -> Vec<String> {
 /// How the pods of a test job refer to their scheduler and gang.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Link {
-    /// The backend's pod link to PodGroup `<job name>` (what SPEC §1 asks users to put in
-    /// templates).
+    /// Zero-touch: templates with no pod link and no schedulerName; the job names its backend
+    /// by annotation and the pod-link webhook links the pods (SPEC §8).
     Gang(Backend),
+    /// The backend's pod link to PodGroup `<job name>` and its scheduler in every template, by
+    /// hand (the path without the webhook).
+    HandLinked(Backend),
     /// The backend's scheduler, but no pod link: the scheduler treats each pod on its own.
     Plain(Backend),
 }
@@ -507,7 +534,7 @@ pub enum Link {
 impl Link {
     fn backend(self) -> Backend {
         match self {
-            Link::Gang(b) | Link::Plain(b) => b,
+            Link::Gang(b) | Link::HandLinked(b) | Link::Plain(b) => b,
         }
     }
 }
@@ -544,13 +571,13 @@ pub fn template(link: Link, job: &str, pool: &str, container: &str, r: &Replicas
         Backend::Volcano => "volcano",
     };
     match link {
-        Link::Gang(Backend::SchedulerPlugins) => {
+        Link::HandLinked(Backend::SchedulerPlugins) => {
             labels.insert("scheduling.x-k8s.io/pod-group".into(), job.into());
         }
-        Link::Gang(Backend::Volcano) => {
+        Link::HandLinked(Backend::Volcano) => {
             annotations.insert("scheduling.k8s.io/group-name".to_string(), job.to_string());
         }
-        Link::Plain(_) => {}
+        Link::Gang(_) | Link::Plain(_) => {}
     }
     let mut requests = json!({"cpu": "500m", "memory": "512Mi"});
     let mut limits = json!({});
@@ -558,7 +585,7 @@ pub fn template(link: Link, job: &str, pool: &str, container: &str, r: &Replicas
         requests[GPU] = json!(r.gpus.to_string());
         limits[GPU] = json!(r.gpus.to_string());
     }
-    json!({
+    let mut template = json!({
         "metadata": {"labels": labels, "annotations": annotations},
         "spec": {
             "schedulerName": scheduler,
@@ -569,7 +596,14 @@ pub fn template(link: Link, job: &str, pool: &str, container: &str, r: &Replicas
                 "resources": {"requests": requests, "limits": limits},
             }],
         },
-    })
+    });
+    if matches!(link, Link::Gang(_)) {
+        template["spec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("schedulerName");
+    }
+    template
 }
 
 /// A training job of `kind` named `name` with the given replica types, its pods linked per `link`
@@ -608,5 +642,13 @@ pub fn training_job(
             spec.insert(k.clone(), v.clone());
         }
     }
-    json!({"apiVersion": ar.api_version, "kind": ar.kind, "metadata": {"name": name}, "spec": spec})
+    let mut metadata = json!({"name": name});
+    if let Link::Gang(b) = link {
+        let backend = match b {
+            Backend::SchedulerPlugins => "scheduler-plugins",
+            Backend::Volcano => "volcano",
+        };
+        metadata["annotations"] = json!({"podgroup-sync.io/backend": backend});
+    }
+    json!({"apiVersion": ar.api_version, "kind": ar.kind, "metadata": metadata, "spec": spec})
 }

@@ -117,8 +117,16 @@ pub fn args(port: u16, certs: &Certs) -> Vec<String> {
 /// failurePolicy Ignore, only pods with the operators' job-name label, and only namespaces
 /// labelled `podgroup-sync.test/webhook=<name>` (tests of one binary share a control plane).
 pub fn configuration(name: &str, port: u16, ca_pem: &str) -> MutatingWebhookConfiguration {
+    let mut config = configuration_json(name, port, ca_pem);
+    config["webhooks"][0]["namespaceSelector"] =
+        json!({"matchLabels": {"podgroup-sync.test/webhook": name}});
+    serde_json::from_value(config).expect("configuration")
+}
+
+/// The configuration for every namespace.
+pub fn configuration_json(name: &str, port: u16, ca_pem: &str) -> Value {
     use base64::Engine;
-    serde_json::from_value(json!({
+    json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": name},
@@ -137,10 +145,8 @@ pub fn configuration(name: &str, port: u16, ca_pem: &str) -> MutatingWebhookConf
             "reinvocationPolicy": "IfNeeded",
             "objectSelector": {"matchExpressions": [
                 {"key": "training.kubeflow.org/job-name", "operator": "Exists"}]},
-            "namespaceSelector": {"matchLabels": {"podgroup-sync.test/webhook": name}},
         }],
-    }))
-    .expect("configuration")
+    })
 }
 
 /// Creates or replaces the configuration.

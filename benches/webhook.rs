@@ -1,0 +1,396 @@
+//! Pod-link webhook benchmark (SPEC §8): a burst of pod creations, the way the operators create
+//! them, on a fresh control plane twice — once with the controller's webhook registered and
+//! once without — so the latency the webhook adds to a pod create and the memory it costs the
+//! controller are measured side by side.
+//!
+//! ```sh
+//! cargo bench --bench webhook -- [--pods 20000] [--jobs 100] [--concurrency 32] [--out DIR]
+//! ```
+//! Per phase: the release controller starts (with `--webhook` in the second), `--jobs`
+//! PyTorchJobs without any pod link get their PodGroups, then `--pods` pods owned by them are
+//! created with `--concurrency` in flight. Reported: pod-create latency p50/p99 as the client sees
+//! it, the webhook's own admission latency (`podgroup_sync_admission_duration_seconds`), the API
+//! server's view of the call (`apiserver_admission_webhook_admission_duration_seconds`), and the
+//! controller's RSS and peak RSS. Correctness fails the run (every pod linked with the webhook,
+//! none without); timing never does. Run by `cargo test --all-targets` (no `--bench`) it prints
+//! one line and exits.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DynamicObject, ListParams, PostParams};
+use kube::{Api, Client};
+use support::controller;
+use support::jobs::{self, Backend, Kind};
+use support::webhook as wh;
+
+type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+#[derive(Parser, Debug)]
+struct Cli {
+    /// Pods created per phase.
+    #[arg(long, default_value_t = 20_000)]
+    pods: usize,
+    /// PyTorchJobs owning them.
+    #[arg(long, default_value_t = 100)]
+    jobs: usize,
+    /// Pod creates in flight.
+    #[arg(long, default_value_t = 32)]
+    concurrency: usize,
+    /// Where RESULTS.md goes.
+    #[arg(long, default_value = "target/bench/webhook")]
+    out: PathBuf,
+    /// Passed by `cargo bench`.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+/// What one phase measured.
+#[derive(Debug)]
+struct Phase {
+    seconds: f64,
+    create_p50_ms: f64,
+    create_p99_ms: f64,
+    admission_p50_ms: Option<f64>,
+    admission_p99_ms: Option<f64>,
+    apiserver_p50_ms: Option<f64>,
+    apiserver_p99_ms: Option<f64>,
+    admissions: f64,
+    rss_mib: f64,
+    hwm_mib: f64,
+    linked: usize,
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    if !cli.bench {
+        println!("webhook benchmark: run with `cargo bench --bench webhook`");
+        return std::process::ExitCode::SUCCESS;
+    }
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    match rt.block_on(run(&cli)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("webhook benchmark failed: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: &Cli) -> Res<()> {
+    let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let off = phase(cli, false).await?;
+    let on = phase(cli, true).await?;
+    let report = report(cli, &off, &on, load_before.trim());
+    println!("{report}");
+    std::fs::create_dir_all(&cli.out)?;
+    std::fs::write(cli.out.join("RESULTS.md"), &report)?;
+    Ok(())
+}
+
+async fn phase(cli: &Cli, webhook: bool) -> Res<Phase> {
+    let cluster = support::private_cluster();
+    let client = cluster.client().await;
+    let dir = cluster.work_dir.clone().unwrap_or_else(std::env::temp_dir);
+    let certs = wh::certs(&dir.join("webhook"), "bench-webhook-ca");
+    let port = wh::free_port();
+    let mut args: Vec<String> = vec!["--link-coscheduling-scheduler-name=".into()];
+    if webhook {
+        args.extend(wh::args(port, &certs));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut ctl = controller::start(&cluster, None, &args);
+    if webhook {
+        let config: k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration =
+            serde_json::from_value(wh::configuration_json("bench", port, &certs.ca_pem))?;
+        wh::register(&client, &config).await;
+    }
+    let ns = support::test_namespace(
+        &client,
+        "bench-webhook",
+        &[("podgroup-sync.io/enabled", "true")],
+    )
+    .await;
+    let mut owners: Vec<DynamicObject> = Vec::new();
+    for i in 0..cli.jobs {
+        let manifest = wh::unlinked(jobs::job(
+            Kind::PyTorchJob,
+            Backend::SchedulerPlugins,
+            &format!("job-{i}"),
+            2,
+        ));
+        owners.push(jobs::create(&client, &ns, Kind::PyTorchJob, &manifest).await);
+    }
+    let pgs = jobs::api(&client, &ns, &Backend::SchedulerPlugins.ar());
+    support::wait_for("every PodGroup", Duration::from_secs(120), || async {
+        let n = pgs.list(&ListParams::default()).await.ok()?.items.len();
+        (n == cli.jobs).then_some(())
+    })
+    .await;
+    let templates: Vec<Pod> = owners
+        .iter()
+        .map(|job| wh::operator_pod(Kind::PyTorchJob, job, "Worker", None))
+        .collect();
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let apiserver_before = apiserver_metrics(&client).await;
+    let start = Instant::now();
+    let mut latencies: Vec<f64> = futures::stream::iter(0..cli.pods)
+        .map(|i| {
+            let api = api.clone();
+            let pod = templates[i % templates.len()].clone();
+            async move {
+                let t = Instant::now();
+                api.create(&PostParams::default(), &pod)
+                    .await
+                    .map(|_| t.elapsed().as_secs_f64() * 1000.0)
+            }
+        })
+        .buffer_unordered(cli.concurrency)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()?;
+    let seconds = start.elapsed().as_secs_f64();
+    latencies.sort_by(f64::total_cmp);
+    let apiserver_after = apiserver_metrics(&client).await;
+    let linked = api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|p| wh::link_of(p, Backend::SchedulerPlugins).0.is_some())
+        .count();
+    let expected = if webhook { cli.pods } else { 0 };
+    if linked != expected {
+        return Err(format!(
+            "webhook {webhook}: {linked} of {} pods linked, expected {expected}",
+            cli.pods
+        )
+        .into());
+    }
+    let ours = ctl.metrics();
+    let stats = proc_status(ctl.child.id());
+    let hook = [("name", "pod-link.podgroup-sync.io")];
+    let phase = Phase {
+        seconds,
+        create_p50_ms: percentile(&latencies, 0.50),
+        create_p99_ms: percentile(&latencies, 0.99),
+        admission_p50_ms: quantile(&ours, "podgroup_sync_admission_duration_seconds", &[], 0.50)
+            .map(|s| s * 1000.0),
+        admission_p99_ms: quantile(&ours, "podgroup_sync_admission_duration_seconds", &[], 0.99)
+            .map(|s| s * 1000.0),
+        apiserver_p50_ms: delta_quantile(&apiserver_before, &apiserver_after, &hook, 0.50),
+        apiserver_p99_ms: delta_quantile(&apiserver_before, &apiserver_after, &hook, 0.99),
+        admissions: controller::metric_sum(&ours, "podgroup_sync_admissions_total", &[]),
+        rss_mib: stats.0,
+        hwm_mib: stats.1,
+        linked,
+    };
+    eprintln!("webhook {webhook}: {phase:?}");
+    ctl.stop();
+    support::stop_cluster(&cluster);
+    Ok(phase)
+}
+
+const APISERVER_HISTOGRAM: &str = "apiserver_admission_webhook_admission_duration_seconds";
+
+async fn apiserver_metrics(client: &Client) -> String {
+    let req = hyper::Request::get("/metrics")
+        .body(Vec::new())
+        .expect("request");
+    client.request_text(req).await.unwrap_or_default()
+}
+
+/// A quantile of the API server's webhook histogram over what happened between two scrapes.
+fn delta_quantile(before: &str, after: &str, labels: &[(&str, &str)], q: f64) -> Option<f64> {
+    let b = buckets(before, APISERVER_HISTOGRAM, labels);
+    let a = buckets(after, APISERVER_HISTOGRAM, labels);
+    let delta: Vec<(f64, f64)> = a
+        .iter()
+        .map(|(le, n)| {
+            (
+                *le,
+                n - b.iter().find(|(l, _)| l == le).map_or(0.0, |(_, m)| *m),
+            )
+        })
+        .collect();
+    histogram_quantile(&delta, q).map(|s| s * 1000.0)
+}
+
+fn quantile(text: &str, name: &str, labels: &[(&str, &str)], q: f64) -> Option<f64> {
+    histogram_quantile(&buckets(text, name, labels), q)
+}
+
+/// The cumulative buckets (le, count) of a histogram, summed over the series matching `labels`.
+fn buckets(text: &str, name: &str, labels: &[(&str, &str)]) -> Vec<(f64, f64)> {
+    let mut les: Vec<f64> = text
+        .lines()
+        .filter(|l| l.starts_with(&format!("{name}_bucket{{")))
+        .filter_map(|l| {
+            let le = l.split("le=\"").nth(1)?.split('"').next()?;
+            if le == "+Inf" {
+                Some(f64::INFINITY)
+            } else {
+                le.parse().ok()
+            }
+        })
+        .collect();
+    les.sort_by(f64::total_cmp);
+    les.dedup();
+    les.into_iter()
+        .map(|le| {
+            let le_text = if le.is_infinite() {
+                "+Inf".to_string()
+            } else {
+                format_le(le, text, name)
+            };
+            let mut with: Vec<(&str, &str)> = labels.to_vec();
+            with.push(("le", &le_text));
+            (
+                le,
+                controller::metric_sum(text, &format!("{name}_bucket"), &with),
+            )
+        })
+        .collect()
+}
+
+/// The `le` label exactly as the exposition writes it for this bound.
+fn format_le(le: f64, text: &str, name: &str) -> String {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}_bucket{{")))
+        .filter_map(|l| {
+            l.split("le=\"")
+                .nth(1)?
+                .split('"')
+                .next()
+                .map(str::to_string)
+        })
+        .find(|s| s.parse::<f64>().ok() == Some(le))
+        .unwrap_or_else(|| le.to_string())
+}
+
+/// Prometheus' histogram_quantile: linear interpolation inside the bucket holding rank q·total.
+fn histogram_quantile(buckets: &[(f64, f64)], q: f64) -> Option<f64> {
+    let total = buckets.last()?.1;
+    if total <= 0.0 {
+        return None;
+    }
+    let rank = q * total;
+    let (mut lower, mut below) = (0.0, 0.0);
+    for &(le, count) in buckets {
+        if count >= rank {
+            if le.is_infinite() {
+                return Some(lower);
+            }
+            let inside = count - below;
+            return Some(if inside > 0.0 {
+                lower + (le - lower) * (rank - below) / inside
+            } else {
+                le
+            });
+        }
+        (lower, below) = (le, count);
+    }
+    None
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len()) - 1]
+}
+
+/// VmRSS and VmHWM of a process, in MiB.
+fn proc_status(pid: u32) -> (f64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let mib = |key: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+            .map_or(f64::NAN, |kib| kib / 1024.0)
+    };
+    (mib("VmRSS:"), mib("VmHWM:"))
+}
+
+fn ms(v: Option<f64>) -> String {
+    v.map_or("—".into(), |v| format!("{v:.2}"))
+}
+
+fn report(cli: &Cli, off: &Phase, on: &Phase, load: &str) -> String {
+    let mut out = format!(
+        "# Pod-link webhook benchmark\n\n{} pods owned by {} PyTorchJobs, {} creates in flight, a fresh control plane per phase; \
+         {} cores; load average before the run: {load}.\n\n\
+         | | webhook off | webhook on |\n|---|---|---|\n",
+        cli.pods,
+        cli.jobs,
+        cli.concurrency,
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    let rows: [(&str, String, String); 9] = [
+        (
+            "pods created per second",
+            format!("{:.0}", cli.pods as f64 / off.seconds),
+            format!("{:.0}", cli.pods as f64 / on.seconds),
+        ),
+        (
+            "pod create p50 (client), ms",
+            format!("{:.2}", off.create_p50_ms),
+            format!("{:.2}", on.create_p50_ms),
+        ),
+        (
+            "pod create p99 (client), ms",
+            format!("{:.2}", off.create_p99_ms),
+            format!("{:.2}", on.create_p99_ms),
+        ),
+        (
+            "admission p50 (podgroup-sync), ms",
+            "—".into(),
+            ms(on.admission_p50_ms),
+        ),
+        (
+            "admission p99 (podgroup-sync), ms",
+            "—".into(),
+            ms(on.admission_p99_ms),
+        ),
+        (
+            "webhook call p50 (API server), ms",
+            ms(off.apiserver_p50_ms),
+            ms(on.apiserver_p50_ms),
+        ),
+        (
+            "webhook call p99 (API server), ms",
+            ms(off.apiserver_p99_ms),
+            ms(on.apiserver_p99_ms),
+        ),
+        (
+            "controller RSS / peak RSS, MiB",
+            format!("{:.1} / {:.1}", off.rss_mib, off.hwm_mib),
+            format!("{:.1} / {:.1}", on.rss_mib, on.hwm_mib),
+        ),
+        (
+            "pods linked / admissions counted",
+            format!("{} / {}", off.linked, off.admissions),
+            format!("{} / {}", on.linked, on.admissions),
+        ),
+    ];
+    for (what, a, b) in rows {
+        out.push_str(&format!("| {what} | {a} | {b} |\n"));
+    }
+    out.push_str(&format!(
+        "\nThe webhook adds {:+.2} ms at p50 and {:+.2} ms at p99 to a pod create as the client sees it; \
+         the controller's peak RSS is {:+.1}% with it on (the webhook, its TLS and the pods' metadata watch).\n\
+         The API server's histogram has buckets of 5, 25, 100 ms…: its quantiles are interpolated within them.\n",
+        on.create_p50_ms - off.create_p50_ms,
+        on.create_p99_ms - off.create_p99_ms,
+        (on.hwm_mib / off.hwm_mib - 1.0) * 100.0
+    ));
+    out
+}
