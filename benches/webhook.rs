@@ -62,6 +62,8 @@ struct Phase {
     apiserver_p50_ms: Option<f64>,
     apiserver_p99_ms: Option<f64>,
     admissions: f64,
+    /// TLS connections the API server opened to the webhook.
+    connections: f64,
     rss_mib: f64,
     hwm_mib: f64,
     linked: usize,
@@ -188,6 +190,11 @@ async fn phase(cli: &Cli, webhook: bool) -> Res<Phase> {
         apiserver_p50_ms: delta_quantile(&apiserver_before, &apiserver_after, &hook, 0.50),
         apiserver_p99_ms: delta_quantile(&apiserver_before, &apiserver_after, &hook, 0.99),
         admissions: controller::metric_sum(&ours, "podgroup_sync_admissions_total", &[]),
+        connections: controller::metric_sum(
+            &ours,
+            "podgroup_sync_webhook_connections_total",
+            &[("result", "accepted")],
+        ),
         rss_mib: stats.0,
         hwm_mib: stats.1,
         linked,
@@ -334,7 +341,7 @@ fn report(cli: &Cli, off: &Phase, on: &Phase, load: &str) -> String {
         cli.concurrency,
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
-    let rows: [(&str, String, String); 9] = [
+    let rows: [(&str, String, String); 10] = [
         (
             "pods created per second",
             format!("{:.0}", cli.pods as f64 / off.seconds),
@@ -374,6 +381,11 @@ fn report(cli: &Cli, off: &Phase, on: &Phase, load: &str) -> String {
             "controller RSS / peak RSS, MiB",
             format!("{:.1} / {:.1}", off.rss_mib, off.hwm_mib),
             format!("{:.1} / {:.1}", on.rss_mib, on.hwm_mib),
+        ),
+        (
+            "TLS connections to the webhook",
+            "—".into(),
+            format!("{}", on.connections),
         ),
         (
             "pods linked / admissions counted",

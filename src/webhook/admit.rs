@@ -37,6 +37,8 @@ pub struct AdmissionMetrics {
     pub admissions: IntCounterVec,
     /// `podgroup_sync_admission_duration_seconds`.
     pub duration: Histogram,
+    /// `podgroup_sync_webhook_connections_total{result}`: TLS connections accepted or failed.
+    pub connections: IntCounterVec,
 }
 
 impl AdmissionMetrics {
@@ -65,6 +67,20 @@ impl AdmissionMetrics {
         registry
             .register(Box::new(duration.clone()))
             .expect("register");
+        let connections = IntCounterVec::new(
+            Opts::new(
+                "podgroup_sync_webhook_connections_total",
+                "TLS connections to the webhook, by result (accepted, handshake_failed); a rate close to the admissions' means the API server does not reuse connections",
+            ),
+            &["result"],
+        )
+        .expect("metric");
+        registry
+            .register(Box::new(connections.clone()))
+            .expect("register");
+        for r in ["accepted", "handshake_failed"] {
+            connections.with_label_values(&[r]);
+        }
         // Every series exists from the start, so rates and alerts see zeros, not gaps.
         for b in BACKENDS {
             for result in ["linked", "unchanged"] {
@@ -80,6 +96,7 @@ impl AdmissionMetrics {
         AdmissionMetrics {
             admissions,
             duration,
+            connections,
         }
     }
 }

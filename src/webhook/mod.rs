@@ -52,20 +52,26 @@ pub async fn serve(listener: TcpListener, tls: Arc<tls::Reloading>, admission: A
                 continue;
             }
         };
+        // A response written in two TLS records would otherwise wait for the peer's delayed ACK.
+        let _ = stream.set_nodelay(true);
         let acceptor = acceptor.clone();
         let admission = admission.clone();
         tokio::spawn(async move {
+            let connections = &admission.metrics.connections;
             let stream = match tokio::time::timeout(IO_TIMEOUT, acceptor.accept(stream)).await {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {
+                    connections.with_label_values(&["handshake_failed"]).inc();
                     debug!(%peer, error = %e, "webhook TLS handshake failed");
                     return;
                 }
                 Err(_) => {
+                    connections.with_label_values(&["handshake_failed"]).inc();
                     debug!(%peer, "webhook TLS handshake timed out");
                     return;
                 }
             };
+            connections.with_label_values(&["accepted"]).inc();
             let service = service_fn(move |req| {
                 let admission = admission.clone();
                 async move { Ok::<_, Infallible>(handle(req, &admission).await) }
