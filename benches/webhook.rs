@@ -55,6 +55,8 @@ struct Cli {
 #[derive(Debug)]
 struct Phase {
     seconds: f64,
+    /// CPU seconds the controller used during the burst.
+    cpu: f64,
     create_p50_ms: f64,
     create_p99_ms: f64,
     admission_p50_ms: Option<f64>,
@@ -141,6 +143,7 @@ async fn phase(cli: &Cli, webhook: bool) -> Res<Phase> {
         .collect();
     let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let apiserver_before = apiserver_metrics(&client).await;
+    let cpu_before = cpu_seconds(ctl.child.id());
     let start = Instant::now();
     let mut latencies: Vec<f64> = futures::stream::iter(0..cli.pods)
         .map(|i| {
@@ -159,6 +162,7 @@ async fn phase(cli: &Cli, webhook: bool) -> Res<Phase> {
         .into_iter()
         .collect::<Result<_, _>>()?;
     let seconds = start.elapsed().as_secs_f64();
+    let cpu = cpu_seconds(ctl.child.id()) - cpu_before;
     latencies.sort_by(f64::total_cmp);
     let apiserver_after = apiserver_metrics(&client).await;
     let linked = api
@@ -181,6 +185,7 @@ async fn phase(cli: &Cli, webhook: bool) -> Res<Phase> {
     let hook = [("name", "pod-link.podgroup-sync.io")];
     let phase = Phase {
         seconds,
+        cpu,
         create_p50_ms: percentile(&latencies, 0.50),
         create_p99_ms: percentile(&latencies, 0.99),
         admission_p50_ms: quantile(&ours, "podgroup_sync_admission_duration_seconds", &[], 0.50)
@@ -314,6 +319,22 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len()) - 1]
 }
 
+/// CPU seconds (user + system) a process has used.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
+    // After the command: field 3 (state) is index 0; utime and stime are fields 14 and 15.
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(f64::NAN)
+    };
+    (ticks(11) + ticks(12)) / 100.0
+}
+
 /// VmRSS and VmHWM of a process, in MiB.
 fn proc_status(pid: u32) -> (f64, f64) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -341,7 +362,7 @@ fn report(cli: &Cli, off: &Phase, on: &Phase, load: &str) -> String {
         cli.concurrency,
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
-    let rows: [(&str, String, String); 10] = [
+    let rows: [(&str, String, String); 11] = [
         (
             "pods created per second",
             format!("{:.0}", cli.pods as f64 / off.seconds),
@@ -381,6 +402,11 @@ fn report(cli: &Cli, off: &Phase, on: &Phase, load: &str) -> String {
             "controller RSS / peak RSS, MiB",
             format!("{:.1} / {:.1}", off.rss_mib, off.hwm_mib),
             format!("{:.1} / {:.1}", on.rss_mib, on.hwm_mib),
+        ),
+        (
+            "controller CPU during the burst, s",
+            format!("{:.2}", off.cpu),
+            format!("{:.2}", on.cpu),
         ),
         (
             "TLS connections to the webhook",

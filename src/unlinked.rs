@@ -162,3 +162,103 @@ pub fn spawn(
             .await;
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(
+        name: &str,
+        labels: serde_json::Value,
+        annotations: serde_json::Value,
+        owner: serde_json::Value,
+    ) -> PartialObjectMeta<Pod> {
+        serde_json::from_value(json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+            "metadata": {"name": name, "namespace": "ns", "labels": labels, "annotations": annotations,
+                "ownerReferences": [owner]}}))
+        .unwrap()
+    }
+
+    fn owned_by_job() -> serde_json::Value {
+        json!({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "train", "uid": "u", "controller": true})
+    }
+
+    #[test]
+    fn unlinked_pods_of_a_job_are_kept_until_linked_or_deleted() {
+        let index = UnlinkedPods::default();
+        let labels = json!({"training.kubeflow.org/job-name": "train"});
+        let bare = pod("train-worker-0", labels.clone(), json!({}), owned_by_job());
+        let t = index
+            .observe(&bare, false)
+            .expect("a new unlinked pod triggers its job");
+        assert_eq!(
+            t,
+            Trigger::Job {
+                api_version: "kubeflow.org/v1".into(),
+                kind: "PyTorchJob".into(),
+                namespace: "ns".into(),
+                name: "train".into()
+            }
+        );
+        assert_eq!(index.observe(&bare, false), None, "seen again: no news");
+        assert_eq!(
+            index.of("ns", "PyTorchJob", "train"),
+            vec![("train-worker-0".to_string(), false)]
+        );
+        // Linked for Volcano: no longer unlinked.
+        let volcano = pod(
+            "train-worker-0",
+            labels.clone(),
+            json!({"scheduling.k8s.io/group-name": "train"}),
+            owned_by_job(),
+        );
+        assert!(index.observe(&volcano, false).is_some());
+        assert!(index.of("ns", "PyTorchJob", "train").is_empty());
+        // A linked pod never enters; a deleted unlinked one leaves.
+        let linked = pod(
+            "train-worker-1",
+            json!({"training.kubeflow.org/job-name": "train", "scheduling.x-k8s.io/pod-group": "train"}),
+            json!({}),
+            owned_by_job(),
+        );
+        assert_eq!(index.observe(&linked, false), None);
+        index.observe(&bare, false);
+        assert!(index.observe(&bare, true).is_some());
+        assert!(index.of("ns", "PyTorchJob", "train").is_empty());
+        // Pods of other owners are not kept.
+        let other = pod(
+            "web-1",
+            labels,
+            json!({}),
+            json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "r", "controller": true}),
+        );
+        assert_eq!(index.observe(&other, false), None);
+    }
+
+    #[test]
+    fn a_relist_replaces_the_index_and_names_the_jobs_that_changed() {
+        let index = UnlinkedPods::default();
+        let labels = json!({"training.kubeflow.org/job-name": "train"});
+        index.observe(
+            &pod("gone", labels.clone(), json!({}), owned_by_job()),
+            false,
+        );
+        let changed = index.replace(&[pod("new", labels, json!({}), owned_by_job())]);
+        assert_eq!(changed.len(), 1, "{changed:?}");
+        assert_eq!(
+            index.of("ns", "PyTorchJob", "train"),
+            vec![("new".to_string(), false)]
+        );
+        assert!(
+            index
+                .replace(&[pod(
+                    "new",
+                    json!({"training.kubeflow.org/job-name": "train"}),
+                    json!({}),
+                    owned_by_job()
+                )])
+                .is_empty()
+        );
+    }
+}

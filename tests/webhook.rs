@@ -23,6 +23,8 @@ const SHARED: &str = "pgs-webhook-shared";
 
 struct Shared {
     controller: Mutex<Controller>,
+    certs: Certs,
+    port: u16,
 }
 
 static SHARED_SETUP: OnceCell<Shared> = OnceCell::const_new();
@@ -52,9 +54,12 @@ async fn start_with_webhook(config: &str, extra: &[&str]) -> (Controller, Certs,
 async fn shared() -> Client {
     SHARED_SETUP
         .get_or_init(|| async {
-            let (c, _, _) = start_with_webhook(SHARED, &["--webhook-owner-wait-ms", "1500"]).await;
+            let (c, certs, port) =
+                start_with_webhook(SHARED, &["--webhook-owner-wait-ms", "1500"]).await;
             Shared {
                 controller: Mutex::new(c),
+                certs,
+                port,
             }
         })
         .await;
@@ -431,4 +436,136 @@ async fn rule_8_with_the_webhook_stopped_pods_are_created_and_the_job_is_told() 
         "the linked pod is not named: {note}"
     );
     assert!(note.contains("link to PodGroup stopped"), "{note}");
+}
+
+#[tokio::test]
+async fn rule_8_a_dry_run_create_is_linked_the_same_and_leaves_nothing_behind() {
+    let client = shared().await;
+    let ns = namespace(&client, SHARED, &[ENABLED]).await;
+    let job = unlinked_job(&client, &ns, Kind::PyTorchJob, "dry-create").await;
+    let pod = operator_pod(Kind::PyTorchJob, &job, "Worker", None);
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let answered = api
+        .create(
+            &PostParams {
+                dry_run: true,
+                ..Default::default()
+            },
+            &pod,
+        )
+        .await
+        .expect("dry-run create");
+    assert_eq!(
+        link_of(&answered, Backend::SchedulerPlugins),
+        (
+            Some("dry-create".into()),
+            Some("scheduler-plugins-scheduler".into())
+        )
+    );
+    assert!(
+        api.list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "nothing was created"
+    );
+}
+
+/// POSTs `body` to the shared webhook with curl (trusting the test CA); (status, body).
+fn post(body_file: &std::path::Path) -> (u16, String) {
+    let s = SHARED_SETUP.get().expect("set up");
+    let out = std::process::Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "20",
+            "-o",
+            "-",
+            "-w",
+            "\n%{http_code}",
+            "--cacert",
+        ])
+        .arg(s.certs.dir.join("ca.crt"))
+        .args(["-H", "Content-Type: application/json", "--data-binary"])
+        .arg(format!("@{}", body_file.display()))
+        .arg(format!("https://127.0.0.1:{}/pod-link", s.port))
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+#[tokio::test]
+async fn rule_8_bad_requests_get_a_clear_answer_and_are_counted() {
+    let _client = shared().await;
+    let dir = work_dir("bad-requests");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = |name: &str, content: &[u8]| {
+        let p = dir.join(name);
+        std::fs::write(&p, content).unwrap();
+        p
+    };
+    let count = |reason: &str| {
+        shared_metric(
+            "podgroup_sync_admissions_total",
+            &[("result", "error"), ("reason", reason)],
+        )
+    };
+
+    let before = count("malformed_review");
+    let (code, body) = post(&file("garbage.json", b"{\"apiVersion\": 7"));
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("not an AdmissionReview"), "{body}");
+    assert_eq!(count("malformed_review"), before + 1.0);
+
+    // Larger than any pod the API server stores: refused before it is parsed.
+    let before = count("request_too_large");
+    let (code, body) = post(&file("huge.json", &vec![b' '; 5 * 1024 * 1024]));
+    assert_eq!(code, 413, "{body}");
+    assert_eq!(count("request_too_large"), before + 1.0);
+
+    // A pod without an owner: allowed, nothing added.
+    let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "u-1", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "operation": "CREATE",
+        "namespace": "default", "object": {"metadata": {"name": "p"}, "spec": {"containers": []}}}});
+    let (code, body) = post(&file("orphan.json", review.to_string().as_bytes()));
+    assert_eq!(code, 200, "{body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(answer["response"], json!({"uid": "u-1", "allowed": true}));
+
+    // A pod whose metadata is not an object's: allowed with a warning, counted.
+    let before = count("malformed_pod");
+    let mut bad = review.clone();
+    bad["request"]["object"]["metadata"]["labels"] = json!(["not", "a", "map"]);
+    let (code, body) = post(&file("bad-pod.json", bad.to_string().as_bytes()));
+    assert_eq!(code, 200, "{body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(answer["response"]["allowed"], true);
+    assert!(
+        answer["response"]["warnings"][0]
+            .as_str()
+            .unwrap()
+            .contains("pod metadata"),
+        "{body}"
+    );
+    assert_eq!(count("malformed_pod"), before + 1.0);
+}
+
+#[tokio::test]
+async fn rule_8_a_pod_near_the_size_limit_is_linked() {
+    let client = shared().await;
+    let ns = namespace(&client, SHARED, &[ENABLED]).await;
+    let job = unlinked_job(&client, &ns, Kind::PyTorchJob, "big").await;
+    let mut pod = operator_pod(Kind::PyTorchJob, &job, "Worker", None);
+    pod.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert("example.com/blob".into(), "x".repeat(200 * 1024));
+    let created = wh::create_pod(&client, &ns, &pod).await;
+    assert_eq!(
+        link_of(&created, Backend::SchedulerPlugins).0.as_deref(),
+        Some("big")
+    );
 }

@@ -141,8 +141,8 @@ pub struct Admission {
 }
 
 impl Admission {
-    /// The response to an AdmissionReview body, or the status and reason it is refused with
-    /// (a body that is not an AdmissionReview has no uid to answer).
+    /// The response to an AdmissionReview body, or why the body is refused (one that is not an
+    /// AdmissionReview has no uid to answer; the server replies 400 with the reason).
     pub async fn review(&self, body: &[u8]) -> Result<Vec<u8>, String> {
         let start = Instant::now();
         let request = match review::parse(body) {
@@ -179,7 +179,7 @@ impl Admission {
     async fn decide(&self, request: &Request, start: Instant) -> Verdict {
         if !request.is_pod_create() {
             // The webhook configuration sends only Pod CREATE; anything else passes.
-            return Verdict::skipped(Skip::ForeignOwner);
+            return Verdict::skipped(Skip::NotPodCreate);
         }
         let pod = match review::pod(request) {
             Ok(p) => p,

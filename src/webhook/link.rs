@@ -72,6 +72,8 @@ pub struct Owner {
 /// Why a pod is admitted without a link (the `reason` label of the admission metric).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Skip {
+    /// Not a Pod CREATE (the configuration sends none; answered all the same).
+    NotPodCreate,
     /// No controller reference.
     NoOwner,
     /// Controlled by something other than a job kind podgroup-sync knows.
@@ -97,6 +99,7 @@ pub enum Skip {
 impl Skip {
     pub fn as_str(&self) -> &'static str {
         match self {
+            Skip::NotPodCreate => "not_pod_create",
             Skip::NoOwner => "no_owner",
             Skip::ForeignOwner => "foreign_owner",
             Skip::NamespaceOff => "namespace_off",
@@ -114,7 +117,8 @@ impl Skip {
         }
     }
 
-    pub const ALL: [Skip; 14] = [
+    pub const ALL: [Skip; 15] = [
+        Skip::NotPodCreate,
         Skip::NoOwner,
         Skip::ForeignOwner,
         Skip::NamespaceOff,
