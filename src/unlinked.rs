@@ -15,7 +15,7 @@ use kube::{Api, Client, ResourceExt};
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
-use crate::backend::{BACKENDS, LinkKey};
+use crate::backend::BACKENDS;
 use crate::liveness::Probe;
 use crate::metrics::Metrics;
 use crate::trigger::Trigger;
@@ -94,10 +94,9 @@ fn classify(pod: &PartialObjectMeta<Pod>) -> Option<(JobKey, bool, bool)> {
         scheduler_name: None,
     };
     let owner = link::owner_of(&view).ok()?;
-    let linked = BACKENDS.iter().any(|b| match b.backend().link_key() {
-        LinkKey::Label(k) => view.labels.is_some_and(|l| l.contains_key(k)),
-        LinkKey::Annotation(k) => view.annotations.is_some_and(|a| a.contains_key(k)),
-    });
+    let linked = BACKENDS
+        .iter()
+        .any(|b| view.has_link(b.backend().link_key()));
     let key = (pod.namespace()?, owner.kind.kind, owner.name);
     Some((key, owner.launcher, linked))
 }

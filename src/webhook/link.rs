@@ -42,7 +42,8 @@ impl PodView<'_> {
         self.labels?.get(key).map(String::as_str)
     }
 
-    fn has_link(&self, key: LinkKey) -> bool {
+    /// Whether the pod carries a link at `key`, whatever its value.
+    pub fn has_link(&self, key: LinkKey) -> bool {
         match key {
             LinkKey::Label(k) => self.labels.is_some_and(|l| l.contains_key(k)),
             LinkKey::Annotation(k) => self.annotations.is_some_and(|a| a.contains_key(k)),
