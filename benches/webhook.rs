@@ -145,25 +145,9 @@ async fn phase(cli: &Cli, webhook: bool) -> Res<Phase> {
     let apiserver_before = apiserver_metrics(&client).await;
     let cpu_before = cpu_seconds(ctl.child.id());
     let start = Instant::now();
-    let mut latencies: Vec<f64> = futures::stream::iter(0..cli.pods)
-        .map(|i| {
-            let api = api.clone();
-            let pod = templates[i % templates.len()].clone();
-            async move {
-                let t = Instant::now();
-                api.create(&PostParams::default(), &pod)
-                    .await
-                    .map(|_| t.elapsed().as_secs_f64() * 1000.0)
-            }
-        })
-        .buffer_unordered(cli.concurrency)
-        .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .collect::<Result<_, _>>()?;
+    let latencies = burst(&api, &templates, cli.pods, cli.concurrency).await?;
     let seconds = start.elapsed().as_secs_f64();
     let cpu = cpu_seconds(ctl.child.id()) - cpu_before;
-    latencies.sort_by(f64::total_cmp);
     let apiserver_after = apiserver_metrics(&client).await;
     let linked = api
         .list(&ListParams::default())
@@ -208,6 +192,34 @@ async fn phase(cli: &Cli, webhook: bool) -> Res<Phase> {
     ctl.stop();
     support::stop_cluster(&cluster);
     Ok(phase)
+}
+
+/// Creates `pods` pods cycling through `templates`, `concurrency` at a time; each create's
+/// latency in milliseconds, sorted.
+async fn burst(
+    api: &Api<Pod>,
+    templates: &[Pod],
+    pods: usize,
+    concurrency: usize,
+) -> Res<Vec<f64>> {
+    let mut latencies: Vec<f64> = futures::stream::iter(0..pods)
+        .map(|i| {
+            let api = api.clone();
+            let pod = templates[i % templates.len()].clone();
+            async move {
+                let t = Instant::now();
+                api.create(&PostParams::default(), &pod)
+                    .await
+                    .map(|_| t.elapsed().as_secs_f64() * 1000.0)
+            }
+        })
+        .buffer_unordered(concurrency)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()?;
+    latencies.sort_by(f64::total_cmp);
+    Ok(latencies)
 }
 
 const APISERVER_HISTOGRAM: &str = "apiserver_admission_webhook_admission_duration_seconds";
