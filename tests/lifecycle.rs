@@ -8,7 +8,7 @@ use std::sync::{Mutex, OnceLock};
 use kube::Client;
 use serde_json::json;
 use support::controller::{self, Controller};
-use support::jobs::{self, Backend, Kind, expected_spec_of, spec, wait_pg, wait_pg_gone};
+use support::jobs::{self, Backend, KINDS, Kind, expected_spec_of, spec, wait_pg, wait_pg_gone};
 use support::lifecycle::{Gang, owner_ref_of};
 
 const ENABLED: (&str, &str) = ("podgroup-sync.io/enabled", "true");
@@ -35,15 +35,6 @@ fn controller_log() -> String {
         .map(|c| c.lock().unwrap().log_tail())
         .unwrap_or_default()
 }
-
-const KINDS: [Kind; 6] = [
-    Kind::PyTorchJob,
-    Kind::TFJob,
-    Kind::MPIJob,
-    Kind::XGBoostJob,
-    Kind::PaddleJob,
-    Kind::JAXJob,
-];
 
 /// The rows of SPEC §4 that one job goes through.
 #[derive(Debug, Clone, Copy)]

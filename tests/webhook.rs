@@ -14,7 +14,7 @@ use kube::api::{DynamicObject, ObjectMeta, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use support::controller::{self, Controller};
-use support::jobs::{self, Backend, Kind};
+use support::jobs::{self, Backend, KINDS, Kind};
 use support::webhook::{self as wh, Certs, link_of, operator_pod};
 use tokio::sync::OnceCell;
 
@@ -140,15 +140,6 @@ async fn operator_creates_pod(
     )
     .await
 }
-
-const KINDS: [Kind; 6] = [
-    Kind::PyTorchJob,
-    Kind::TFJob,
-    Kind::MPIJob,
-    Kind::XGBoostJob,
-    Kind::PaddleJob,
-    Kind::JAXJob,
-];
 
 #[tokio::test]
 async fn rule_8_pods_of_every_kind_and_backend_get_the_link_and_the_backends_scheduler() {

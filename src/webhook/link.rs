@@ -504,42 +504,36 @@ mod tests {
 
     #[test]
     fn rule_8_pod_of_a_managed_job_gets_the_link_and_the_backends_scheduler() {
-        let s = settings(BackendKind::SchedulerPlugins);
-        let d = decide_for(
-            &pytorch_pod(),
-            &pytorch(json!({}), json!({})),
-            Some(&managed()),
-            &s,
-        );
-        assert_eq!(
-            d,
-            Decision::Link {
-                backend: BackendKind::SchedulerPlugins,
-                name: "train".into(),
-                additions: vec![
-                    Addition::Label("scheduling.x-k8s.io/pod-group", "train".into()),
-                    Addition::SchedulerName("scheduler-plugins-scheduler".into()),
-                ],
-            }
-        );
-        let s = settings(BackendKind::Volcano);
-        let d = decide_for(
-            &pytorch_pod(),
-            &pytorch(json!({}), json!({})),
-            Some(&managed()),
-            &s,
-        );
-        assert_eq!(
-            d,
-            Decision::Link {
-                backend: BackendKind::Volcano,
-                name: "train".into(),
-                additions: vec![
-                    Addition::Annotation("scheduling.k8s.io/group-name", "train".into()),
-                    Addition::SchedulerName("volcano".into()),
-                ],
-            }
-        );
+        let cases = [
+            (
+                BackendKind::SchedulerPlugins,
+                Addition::Label("scheduling.x-k8s.io/pod-group", "train".into()),
+                "scheduler-plugins-scheduler",
+            ),
+            (
+                BackendKind::Volcano,
+                Addition::Annotation("scheduling.k8s.io/group-name", "train".into()),
+                "volcano",
+            ),
+        ];
+        for (backend, link, scheduler) in cases {
+            let d = decide_for(
+                &pytorch_pod(),
+                &pytorch(json!({}), json!({})),
+                Some(&managed()),
+                &settings(backend),
+            );
+            let additions = vec![link, Addition::SchedulerName(scheduler.into())];
+            let name = "train".into();
+            assert_eq!(
+                d,
+                Decision::Link {
+                    backend,
+                    name,
+                    additions
+                }
+            );
+        }
     }
 
     #[test]

@@ -24,6 +24,16 @@ pub enum Kind {
     JAXJob,
 }
 
+/// The kinds every lifecycle and webhook test covers (MPIJob as mpi-operator's v2beta1).
+pub const KINDS: [Kind; 6] = [
+    Kind::PyTorchJob,
+    Kind::TFJob,
+    Kind::MPIJob,
+    Kind::XGBoostJob,
+    Kind::PaddleJob,
+    Kind::JAXJob,
+];
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     SchedulerPlugins,
