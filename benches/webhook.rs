@@ -103,7 +103,7 @@ async fn phase(cli: &Cli, webhook: bool) -> Res<Phase> {
     let client = cluster.client().await;
     let dir = cluster.work_dir.clone().unwrap_or_else(std::env::temp_dir);
     let certs = wh::certs(&dir.join("webhook"), "bench-webhook-ca");
-    let port = wh::free_port();
+    let port = controller::free_port();
     let mut args: Vec<String> = vec!["--link-coscheduling-scheduler-name=".into()];
     if webhook {
         args.extend(wh::args(port, &certs));

@@ -41,7 +41,7 @@ fn work_dir(name: &str) -> PathBuf {
 async fn start_with_webhook(config: &str, extra: &[&str]) -> (Controller, Certs, u16) {
     let cluster = support::cluster().await;
     let certs = wh::certs(&work_dir(config), &format!("{config}-ca"));
-    let port = wh::free_port();
+    let port = controller::free_port();
     let mut args = wh::args(port, &certs);
     args.extend(extra.iter().map(|s| s.to_string()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();

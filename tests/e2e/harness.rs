@@ -80,7 +80,7 @@ fn init(cluster: &'static Cluster) -> Result<Env, String> {
     // The pod-link webhook on (coscheduling runs in the default scheduler here), reached by
     // the API server on loopback with a CA of the test's own.
     let certs = support::webhook::certs(&dir.join("webhook"), "e2e-webhook-ca");
-    let port = support::webhook::free_port();
+    let port = support::controller::free_port();
     let mut args = support::webhook::args(port, &certs);
     args.extend(
         [

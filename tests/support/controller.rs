@@ -18,7 +18,8 @@ pub struct Controller {
     pub log: PathBuf,
 }
 
-fn free_port() -> u16 {
+/// A loopback port nothing listens on now.
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())

@@ -2,7 +2,6 @@
 //! MutatingWebhookConfiguration that makes the real kube-apiserver call the controller on
 //! loopback, and pods created the way training-operator and mpi-operator create them.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -91,13 +90,6 @@ pub fn certs(dir: &Path, ca_name: &str) -> Certs {
         key: dir.join("tls.key"),
         ca_pem: std::fs::read_to_string(dir.join("ca.crt")).unwrap(),
     }
-}
-
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 /// The controller flags that serve the webhook on `port` with `certs`.
