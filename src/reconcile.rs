@@ -223,9 +223,7 @@ fn plan_for(obj: &DynamicObject, ctx: &Context, kind: &'static JobKind) -> Plan 
     let defaults = ctx.caches.admission_defaults(&namespace);
     let refused = ctx.refusal(&obj.uid().unwrap_or_default());
     let unlinked = if ctx.settings.webhook {
-        ctx.caches
-            .unlinked
-            .of(&namespace, kind.kind, &obj.name_any())
+        ctx.caches.unlinked.of(&namespace, kind, &obj.name_any())
     } else {
         Vec::new()
     };

@@ -16,14 +16,15 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 use crate::backend::BACKENDS;
+use crate::job::{JobKind, KINDS};
 use crate::liveness::Probe;
 use crate::metrics::Metrics;
 use crate::trigger::Trigger;
 use crate::watch::{WatchBackoff, observe};
 use crate::webhook::link::{self, JOB_NAME_LABEL, PodView};
 
-/// A job: namespace, kind, name.
-type JobKey = (String, &'static str, String);
+/// A job: namespace, kind, version, name (both MPIJob versions share the kind's name).
+type JobKey = (String, &'static str, &'static str, String);
 
 /// Unlinked pods by job: pod name → whether it is the MPIJob launcher.
 #[derive(Clone, Default)]
@@ -31,8 +32,13 @@ pub struct UnlinkedPods(Arc<Mutex<HashMap<JobKey, BTreeMap<String, bool>>>>);
 
 impl UnlinkedPods {
     /// The unlinked pods of a job: (pod name, is the MPIJob launcher).
-    pub fn of(&self, namespace: &str, kind: &'static str, job: &str) -> Vec<(String, bool)> {
-        let key = (namespace.to_string(), kind, job.to_string());
+    pub fn of(&self, namespace: &str, kind: &JobKind, job: &str) -> Vec<(String, bool)> {
+        let key = (
+            namespace.to_string(),
+            kind.kind,
+            kind.version,
+            job.to_string(),
+        );
         self.0
             .lock()
             .expect("lock")
@@ -97,14 +103,19 @@ fn classify(pod: &PartialObjectMeta<Pod>) -> Option<(JobKey, bool, bool)> {
     let linked = BACKENDS
         .iter()
         .any(|b| view.has_link(b.backend().link_key()));
-    let key = (pod.namespace()?, owner.kind.kind, owner.name);
+    let key = (
+        pod.namespace()?,
+        owner.kind.kind,
+        owner.kind.version,
+        owner.name,
+    );
     Some((key, owner.launcher, linked))
 }
 
-fn job_trigger((namespace, kind, name): &JobKey) -> Trigger {
-    let api_version = crate::job::KINDS
+fn job_trigger((namespace, kind, version, name): &JobKey) -> Trigger {
+    let api_version = KINDS
         .iter()
-        .find(|k| k.kind == *kind)
+        .find(|k| k.kind == *kind && k.version == *version)
         .map(|k| k.api_version())
         .unwrap_or_default();
     Trigger::Job {
@@ -165,6 +176,7 @@ pub fn spawn(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::job::PYTORCHJOB;
     use serde_json::json;
 
     fn pod(
@@ -202,7 +214,7 @@ mod tests {
         );
         assert_eq!(index.observe(&bare, false), None, "seen again: no news");
         assert_eq!(
-            index.of("ns", "PyTorchJob", "train"),
+            index.of("ns", &PYTORCHJOB, "train"),
             vec![("train-worker-0".to_string(), false)]
         );
         // Linked for Volcano: no longer unlinked.
@@ -213,7 +225,7 @@ mod tests {
             owned_by_job(),
         );
         assert!(index.observe(&volcano, false).is_some());
-        assert!(index.of("ns", "PyTorchJob", "train").is_empty());
+        assert!(index.of("ns", &PYTORCHJOB, "train").is_empty());
         // A linked pod never enters; a deleted unlinked one leaves.
         let linked = pod(
             "train-worker-1",
@@ -224,7 +236,7 @@ mod tests {
         assert_eq!(index.observe(&linked, false), None);
         index.observe(&bare, false);
         assert!(index.observe(&bare, true).is_some());
-        assert!(index.of("ns", "PyTorchJob", "train").is_empty());
+        assert!(index.of("ns", &PYTORCHJOB, "train").is_empty());
         // Pods of other owners are not kept.
         let other = pod(
             "web-1",
@@ -246,7 +258,7 @@ mod tests {
         let changed = index.replace(&[pod("new", labels, json!({}), owned_by_job())]);
         assert_eq!(changed.len(), 1, "{changed:?}");
         assert_eq!(
-            index.of("ns", "PyTorchJob", "train"),
+            index.of("ns", &PYTORCHJOB, "train"),
             vec![("new".to_string(), false)]
         );
         assert!(
@@ -257,6 +269,28 @@ mod tests {
                     json!({}),
                     owned_by_job()
                 )])
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn an_mpijob_v1_pod_requeues_the_v1_job_not_the_v2beta1_one() {
+        let index = UnlinkedPods::default();
+        let owner = json!({"apiVersion": "kubeflow.org/v1", "kind": "MPIJob", "name": "mpi", "uid": "u", "controller": true});
+        let p = pod(
+            "mpi-worker-0",
+            json!({"training.kubeflow.org/job-name": "mpi"}),
+            json!({}),
+            owner,
+        );
+        let Some(Trigger::Job { api_version, .. }) = index.observe(&p, false) else {
+            panic!()
+        };
+        assert_eq!(api_version, "kubeflow.org/v1");
+        assert_eq!(index.of("ns", &crate::job::MPIJOB_V1, "mpi").len(), 1);
+        assert!(
+            index
+                .of("ns", &crate::job::MPIJOB_V2BETA1, "mpi")
                 .is_empty()
         );
     }
