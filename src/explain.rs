@@ -86,6 +86,8 @@ fn describe_webhook(
                 .spec
                 .as_ref()
                 .and_then(|s| s.scheduler_name.as_deref()),
+            // The job CRDs prune spec.schedulingGroup from templates.
+            scheduling_group: false,
         };
         let what = if r.replica_type == "Launcher" && job.launcher_waits_for_workers {
             "nothing (the launcher is outside the gang: launcherCreationPolicy WaitForWorkersReady)"
@@ -171,6 +173,15 @@ pub fn explain(
         out,
         "# (offline: no PriorityClasses, LimitRanges or RuntimeClasses are known; a cluster may add requests and priorities)"
     );
+    let absent = b.absent_fields();
+    if !absent.is_empty() {
+        let _ = writeln!(
+            out,
+            "# {backend_kind} PodGroups have no field for {}: the gang is held back until \
+             minCount pods are placed, nothing more (minResources above is for reference only)",
+            absent.join(", ")
+        );
+    }
     for w in gang.warnings.iter().chain(name_warnings.iter()) {
         let _ = writeln!(out, "# warning: {w}");
     }

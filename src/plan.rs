@@ -319,8 +319,17 @@ fn plan_active(input: &Input, mode: Mode, job: &Job, gang: &Gang) -> Plan {
     let mut plan = Plan::new(Outcome::Done);
     // A job refused before stays reported until a write succeeds.
     plan.valid = input.refused.is_none();
+    let existing = input.pod_groups.get(backend_kind, &job.namespace, &name);
     let mut warnings = gang.warnings.clone();
     warnings.extend(name_warnings);
+    if let Some(spec) = existing
+        .as_ref()
+        .filter(|pg| ours(pg, &job.uid))
+        .and_then(|pg| pg.data.get("spec"))
+    {
+        let wanted = backend.spec(job, gang, Some(spec), opts);
+        warnings.extend(backend::immutable_changes(backend, &wanted, spec));
+    }
     if !warnings.is_empty() {
         plan.events
             .push((Reason::GangSpecWarning, warnings.join("; ")));
@@ -342,7 +351,6 @@ fn plan_active(input: &Input, mode: Mode, job: &Job, gang: &Gang) -> Plan {
         // A PodGroup this job owns under another name or backend is stale.
         plan.deletes = stale(input, Some((backend_kind, &name)));
     }
-    let existing = input.pod_groups.get(backend_kind, &job.namespace, &name);
     plan_pod_group(input, mode, job, gang, backend_kind, &name, existing, plan)
 }
 
@@ -1215,5 +1223,113 @@ mod tests {
             "{:?}",
             p.events
         );
+    }
+
+    /// A job on the native backend, and PodGroup caches serving only that backend.
+    fn native_job(workers: u64) -> (Value, Cached) {
+        let mut j = job(workers);
+        j["metadata"]["annotations"] = json!({"podgroup-sync.io/backend": "kubernetes"});
+        let served = Cached {
+            served: [BackendKind::Kubernetes].into(),
+            ..Cached::default()
+        };
+        (j, served)
+    }
+
+    #[test]
+    fn rule_9_native_pod_group_has_min_count_and_needs_the_webhook() {
+        let (j, served) = native_job(2);
+        let p = managed(&j, &served);
+        let w = p.write.as_ref().expect("a write");
+        assert_eq!((w.op, w.backend), (Op::Create, BackendKind::Kubernetes));
+        assert_eq!(w.body["apiVersion"], "scheduling.k8s.io/v1beta1");
+        assert_eq!(
+            w.body["spec"],
+            json!({"schedulingPolicy": {"gang": {"minCount": 2}}})
+        );
+        assert_eq!(reasons(&p), vec![Reason::MissingPodGroupLink]);
+        assert!(p.events[0].1.contains("--webhook"), "{}", p.events[0].1);
+        let webhook = Settings {
+            webhook: true,
+            ..settings()
+        };
+        let p = plan_with(&j, Some(&annotations("true")), &served, &webhook);
+        assert!(p.write.is_some());
+        assert_eq!(reasons(&p), vec![]);
+    }
+
+    #[test]
+    fn rule_9_native_server_defaults_are_kept_and_min_count_follows_the_job() {
+        let (j, served) = native_job(2);
+        let w = managed(&j, &served).write.unwrap();
+        // What the API server stores: the Priority admission plugin fills in the default class
+        // and the priority; defaulting adds disruptionMode.
+        let mut pg = stored(&w, json!({}));
+        pg["spec"]["priorityClassName"] = json!("cluster-default");
+        pg["spec"]["priority"] = json!(1000);
+        pg["spec"]["disruptionMode"] = json!({"single": {}});
+        let cached = served.with(BackendKind::Kubernetes, pg);
+        let p = managed(&j, &cached);
+        assert!(p.write.is_none(), "nothing changed: {:?}", p.write);
+        assert_eq!(reasons(&p), vec![Reason::MissingPodGroupLink]);
+        assert_eq!(p.phase.unwrap().phase, Phase::Pending);
+        // Scaled: minCount follows, the immutable class stays as stored.
+        let p = managed(&native_job(3).0, &cached);
+        let w = p.write.expect("an update");
+        assert_eq!(w.op, Op::Update);
+        assert_eq!(
+            w.body["spec"],
+            json!({"schedulingPolicy": {"gang": {"minCount": 3}}, "priorityClassName": "cluster-default"})
+        );
+        // --resize never: minCount stays too.
+        let never = Settings {
+            resize: ResizePolicy::Never,
+            ..settings()
+        };
+        let p = plan_with(&native_job(3).0, Some(&annotations("true")), &cached, &never);
+        assert!(p.write.is_none(), "{:?}", p.write);
+    }
+
+    #[test]
+    fn rule_9_a_class_change_the_server_would_refuse_is_reported_not_sent() {
+        let (mut j, served) = native_job(2);
+        let w = managed(&j, &served).write.unwrap();
+        let mut pg = stored(&w, json!({}));
+        pg["spec"]["priorityClassName"] = json!("low");
+        let cached = served.with(BackendKind::Kubernetes, pg);
+        j["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["priorityClassName"] =
+            json!("high");
+        let p = managed(&j, &cached);
+        assert!(p.write.is_none(), "{:?}", p.write);
+        let warning = p
+            .events
+            .iter()
+            .find(|(r, _)| *r == Reason::GangSpecWarning)
+            .expect("a warning");
+        assert!(
+            warning.1.contains("priorityClassName cannot change")
+                && warning.1.contains("\"low\"")
+                && warning.1.contains("\"high\""),
+            "{}",
+            warning.1
+        );
+    }
+
+    #[test]
+    fn rule_9_native_unschedulable_condition_is_mirrored() {
+        let (j, served) = native_job(2);
+        let w = managed(&j, &served).write.unwrap();
+        let pg = stored(
+            &w,
+            json!({"conditions": [{"type": "PodGroupInitiallyScheduled", "status": "False",
+                "reason": "Unschedulable", "message": "0/3 nodes are available"}]}),
+        );
+        let p = managed(&j, &served.with(BackendKind::Kubernetes, pg));
+        let (_, message) = p
+            .events
+            .iter()
+            .find(|(r, _)| *r == Reason::GangUnschedulable)
+            .expect("GangUnschedulable");
+        assert!(message.contains("0/3 nodes are available"), "{message}");
     }
 }

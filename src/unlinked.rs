@@ -98,6 +98,8 @@ fn classify(pod: &PartialObjectMeta<Pod>) -> Option<(JobKey, bool, bool)> {
         annotations: pod.metadata.annotations.as_ref(),
         owner_references: &owners,
         scheduler_name: None,
+        // Not in metadata: a native link is seen through the webhook's LINKED_ANNOTATION.
+        scheduling_group: false,
     };
     let owner = link::owner_of(&view).ok()?;
     let linked = BACKENDS

@@ -2,6 +2,7 @@
 //!
 //! Each backend is one file implementing [`PodGroupBackend`]; [`BACKENDS`] is the table.
 
+mod kubernetes;
 mod scheduler_plugins;
 mod volcano;
 
@@ -14,6 +15,7 @@ use serde_json::{Value, json};
 use crate::gang::Gang;
 use crate::job::{InvalidJob, Job};
 
+pub use kubernetes::{Kubernetes, LINKED_ANNOTATION};
 pub use scheduler_plugins::SchedulerPlugins;
 pub use volcano::Volcano;
 
@@ -30,6 +32,9 @@ pub enum BackendKind {
     /// Volcano, `scheduling.volcano.sh/v1beta1`.
     #[value(name = "volcano")]
     Volcano,
+    /// Kubernetes' own gang scheduling, `scheduling.k8s.io/v1beta1` (1.37+, `GenericWorkload`).
+    #[value(name = "kubernetes")]
+    Kubernetes,
 }
 
 impl BackendKind {
@@ -37,6 +42,7 @@ impl BackendKind {
         match self {
             BackendKind::SchedulerPlugins => "scheduler-plugins",
             BackendKind::Volcano => "volcano",
+            BackendKind::Kubernetes => "kubernetes",
         }
     }
 
@@ -44,6 +50,7 @@ impl BackendKind {
         match s {
             "scheduler-plugins" => Some(BackendKind::SchedulerPlugins),
             "volcano" => Some(BackendKind::Volcano),
+            "kubernetes" => Some(BackendKind::Kubernetes),
             _ => None,
         }
     }
@@ -52,6 +59,7 @@ impl BackendKind {
         match self {
             BackendKind::SchedulerPlugins => &SchedulerPlugins,
             BackendKind::Volcano => &Volcano,
+            BackendKind::Kubernetes => &Kubernetes,
         }
     }
 }
@@ -63,7 +71,11 @@ impl std::fmt::Display for BackendKind {
 }
 
 /// Every backend, in the order they are tried.
-pub const BACKENDS: [BackendKind; 2] = [BackendKind::SchedulerPlugins, BackendKind::Volcano];
+pub const BACKENDS: [BackendKind; 3] = [
+    BackendKind::SchedulerPlugins,
+    BackendKind::Volcano,
+    BackendKind::Kubernetes,
+];
 
 /// Settings that shape PodGroups and the pod-link check.
 #[derive(Debug, Clone)]
@@ -93,11 +105,13 @@ impl Default for BackendOptions {
     }
 }
 
-/// Where a pod carries its PodGroup link: a label or an annotation with this key.
+/// Where a pod carries its PodGroup link: a label or an annotation with this key, or the pod
+/// spec's `schedulingGroup.podGroupName` (the native backend).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LinkKey {
     Label(&'static str),
     Annotation(&'static str),
+    SchedulingGroup,
 }
 
 /// PodGroup phases of both backends, in one label set.
@@ -164,6 +178,7 @@ pub trait PodGroupBackend: Sync {
         match self.link_key() {
             LinkKey::Label(key) => format!("label {key}: {name}"),
             LinkKey::Annotation(key) => format!("annotation {key}: {name}"),
+            LinkKey::SchedulingGroup => format!("spec.schedulingGroup.podGroupName: {name}"),
         }
     }
 
@@ -173,6 +188,9 @@ pub trait PodGroupBackend: Sync {
 
     /// Whether pods with this `schedulerName` (None: the default scheduler) reach this backend.
     fn scheduler_matches(&self, scheduler_name: Option<&str>, opts: &BackendOptions) -> bool;
+
+    /// The `schedulerName`s that reach this backend, for messages.
+    fn expected_schedulers(&self, opts: &BackendOptions) -> String;
 
     /// Whether a template says its pods are meant for this backend (backend inference).
     fn template_prefers(&self, template: &PodTemplateSpec, opts: &BackendOptions) -> bool;
@@ -185,6 +203,17 @@ pub trait PodGroupBackend: Sync {
         existing: Option<&Value>,
         opts: &BackendOptions,
     ) -> Value;
+
+    /// Top-level `spec` fields the API server never lets change after creation: an existing
+    /// PodGroup keeps its values (and the job is told when it asks for others).
+    fn immutable_fields(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Fields of the other backends this API has no place for (`explain` says so).
+    fn absent_fields(&self) -> &'static [&'static str] {
+        &[]
+    }
 
     /// Job annotations copied onto the PodGroup.
     fn annotations(&self, _job: &Job) -> BTreeMap<String, String> {
@@ -217,7 +246,13 @@ pub trait PodGroupBackend: Sync {
 }
 
 /// The fields of `spec` that size the gang; frozen by `--resize` policies other than `always`.
-pub const SIZING_FIELDS: [&str; 3] = ["minMember", "minResources", "minTaskMember"];
+pub const SIZING_FIELDS: [&str; 4] = [
+    "minMember",
+    "minResources",
+    "minTaskMember",
+    // The native backend's `gang.minCount` lives here.
+    "schedulingPolicy",
+];
 
 /// The full object podgroup-sync applies for a job (server-side apply body).
 pub fn desired_object(
@@ -230,12 +265,12 @@ pub fn desired_object(
     opts: &BackendOptions,
 ) -> Value {
     let mut spec = backend.spec(job, gang, existing_spec, opts);
-    if let (true, Some(existing), Some(obj)) = (freeze_sizing, existing_spec, spec.as_object_mut())
-    {
-        for field in SIZING_FIELDS {
-            match existing.get(field) {
+    if let (Some(existing), Some(obj)) = (existing_spec, spec.as_object_mut()) {
+        let frozen = SIZING_FIELDS.iter().filter(|_| freeze_sizing);
+        for field in frozen.chain(backend.immutable_fields()) {
+            match existing.get(*field) {
                 Some(v) => obj.insert(field.to_string(), v.clone()),
-                None => obj.remove(field),
+                None => obj.remove(*field),
             };
         }
     }
@@ -330,6 +365,32 @@ pub fn name_and_checks(
     Ok((name, warnings))
 }
 
+/// What the job asks for in fields the existing PodGroup can no longer change (the PodGroup
+/// keeps its values), one message per field. A field the job leaves unset is no change: the API
+/// server may have filled it in (the native PodGroup's default priority class).
+pub fn immutable_changes(
+    backend: &dyn PodGroupBackend,
+    wanted: &Value,
+    existing: &Value,
+) -> Vec<String> {
+    backend
+        .immutable_fields()
+        .iter()
+        .filter_map(|f| {
+            let want = wanted.get(*f)?;
+            let have = existing.get(*f);
+            (have != Some(want)).then(|| {
+                format!(
+                    "{f} cannot change on an existing {} PodGroup: it keeps {}, the job asks for \
+                     {want}; suspend and resume the job to recreate the PodGroup",
+                    backend.kind(),
+                    have.map(Value::to_string).unwrap_or_else(|| "none".into()),
+                )
+            })
+        })
+        .collect()
+}
+
 /// At most `max` characters of `s`, with "…" when cut (for messages that quote user input).
 pub fn shorten(s: &str, max: usize) -> String {
     match s.char_indices().nth(max) {
@@ -386,10 +447,7 @@ pub fn missing_links(
                 r.replica_type,
                 scheduler.unwrap_or("default-scheduler"),
                 backend.kind(),
-                match backend.kind() {
-                    BackendKind::SchedulerPlugins => opts.coscheduling_scheduler_names.join(" or "),
-                    BackendKind::Volcano => opts.volcano_scheduler_name.clone(),
-                }
+                backend.expected_schedulers(opts)
             ));
         }
     }

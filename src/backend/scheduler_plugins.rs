@@ -45,6 +45,10 @@ impl PodGroupBackend for SchedulerPlugins {
         opts.coscheduling_scheduler_names.iter().any(|n| n == s)
     }
 
+    fn expected_schedulers(&self, opts: &BackendOptions) -> String {
+        opts.coscheduling_scheduler_names.join(" or ")
+    }
+
     fn template_prefers(&self, template: &PodTemplateSpec, _opts: &BackendOptions) -> bool {
         self.template_link(template).is_some()
     }

@@ -46,6 +46,10 @@ impl PodGroupBackend for Volcano {
         scheduler == Some(opts.volcano_scheduler_name.as_str())
     }
 
+    fn expected_schedulers(&self, opts: &BackendOptions) -> String {
+        opts.volcano_scheduler_name.clone()
+    }
+
     fn template_prefers(&self, template: &PodTemplateSpec, opts: &BackendOptions) -> bool {
         self.template_link(template).is_some()
             || scheduler_name(template) == Some(opts.volcano_scheduler_name.as_str())

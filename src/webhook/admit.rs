@@ -194,6 +194,7 @@ impl Admission {
             annotations: pod.metadata.annotations.as_ref(),
             owner_references: &owners,
             scheduler_name: pod.scheduler_name.as_deref(),
+            scheduling_group: pod.scheduling_group,
         };
         let owner = match link::owner_of(&view) {
             Ok(o) => o,

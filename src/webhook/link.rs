@@ -35,6 +35,8 @@ pub struct PodView<'a> {
     pub annotations: Option<&'a BTreeMap<String, String>>,
     pub owner_references: &'a [OwnerReference],
     pub scheduler_name: Option<&'a str>,
+    /// Whether the pod spec names a scheduling group (the native backend's link).
+    pub scheduling_group: bool,
 }
 
 impl PodView<'_> {
@@ -47,6 +49,12 @@ impl PodView<'_> {
         match key {
             LinkKey::Label(k) => self.labels.is_some_and(|l| l.contains_key(k)),
             LinkKey::Annotation(k) => self.annotations.is_some_and(|a| a.contains_key(k)),
+            LinkKey::SchedulingGroup => {
+                self.scheduling_group
+                    || self
+                        .annotations
+                        .is_some_and(|a| a.contains_key(backend::LINKED_ANNOTATION))
+            }
         }
     }
 
@@ -143,6 +151,9 @@ pub enum Addition {
     Label(&'static str, String),
     Annotation(&'static str, String),
     SchedulerName(String),
+    /// `spec.schedulingGroup.podGroupName` (with [`backend::LINKED_ANNOTATION`] of the same
+    /// value, so that metadata-only watches see the link).
+    SchedulingGroup(String),
 }
 
 impl std::fmt::Display for Addition {
@@ -151,6 +162,7 @@ impl std::fmt::Display for Addition {
             Addition::Label(k, v) => write!(f, "label {k}: {v}"),
             Addition::Annotation(k, v) => write!(f, "annotation {k}: {v}"),
             Addition::SchedulerName(s) => write!(f, "schedulerName: {s}"),
+            Addition::SchedulingGroup(n) => write!(f, "spec.schedulingGroup.podGroupName: {n}"),
         }
     }
 }
@@ -316,6 +328,7 @@ pub fn additions(
         out.push(match key {
             LinkKey::Label(k) => Addition::Label(k, name.to_string()),
             LinkKey::Annotation(k) => Addition::Annotation(k, name.to_string()),
+            LinkKey::SchedulingGroup => Addition::SchedulingGroup(name.to_string()),
         });
     }
     if let Some(scheduler) = backend.link_scheduler_name(opts)
@@ -347,6 +360,14 @@ pub fn json_patch(pod: &PodView, additions: &[Addition]) -> Value {
             }
             Addition::SchedulerName(s) => {
                 ops.push(json!({"op": "add", "path": "/spec/schedulerName", "value": s}));
+            }
+            Addition::SchedulingGroup(n) => {
+                ops.push(json!({"op": "add", "path": "/spec/schedulingGroup", "value": {"podGroupName": n}}));
+                if !std::mem::replace(&mut annotations, true) {
+                    ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": {}}));
+                }
+                let path = format!("/metadata/annotations/{}", escape(backend::LINKED_ANNOTATION));
+                ops.push(json!({"op": "add", "path": path, "value": n}));
             }
         }
     }
@@ -442,6 +463,7 @@ mod tests {
         annotations: Option<BTreeMap<String, String>>,
         owners: Vec<OwnerReference>,
         scheduler: Option<String>,
+        scheduling_group: bool,
     }
 
     impl Pod {
@@ -454,6 +476,7 @@ mod tests {
                 annotations: None,
                 owners: vec![owner],
                 scheduler: None,
+                scheduling_group: false,
             }
         }
         fn view(&self) -> PodView<'_> {
@@ -462,6 +485,7 @@ mod tests {
                 annotations: self.annotations.as_ref(),
                 owner_references: &self.owners,
                 scheduler_name: self.scheduler.as_deref(),
+                scheduling_group: self.scheduling_group,
             }
         }
     }
@@ -534,6 +558,41 @@ mod tests {
                 }
             );
         }
+    }
+
+    #[test]
+    fn rule_9_native_pods_get_the_scheduling_group_and_keep_the_default_scheduler() {
+        let s = settings(BackendKind::Kubernetes);
+        let job = pytorch(json!({}), json!({}));
+        let d = decide_for(&pytorch_pod(), &job, Some(&managed()), &s);
+        let Decision::Link { additions, .. } = &d else {
+            panic!("{d:?}")
+        };
+        assert_eq!(additions, &vec![Addition::SchedulingGroup("train".into())]);
+        let pod = pytorch_pod();
+        assert_eq!(
+            json_patch(&pod.view(), additions),
+            json!([
+                {"op": "add", "path": "/spec/schedulingGroup", "value": {"podGroupName": "train"}},
+                {"op": "add", "path": "/metadata/annotations", "value": {}},
+                {"op": "add", "path": "/metadata/annotations/podgroup-sync.io~1pod-group", "value": "train"},
+            ])
+        );
+        // A pod that already names a scheduling group is never changed.
+        let mut linked = pytorch_pod();
+        linked.scheduling_group = true;
+        assert!(matches!(
+            decide_for(&linked, &job, Some(&managed()), &s),
+            Decision::Unchanged { .. }
+        ));
+        // The metadata-only pod watch sees the link through the annotation.
+        let mut marked = pytorch_pod();
+        marked.annotations = Some(BTreeMap::from([(
+            backend::LINKED_ANNOTATION.into(),
+            "train".into(),
+        )]));
+        assert!(marked.view().has_link(LinkKey::SchedulingGroup));
+        assert!(!pytorch_pod().view().has_link(LinkKey::SchedulingGroup));
     }
 
     #[test]
@@ -724,6 +783,7 @@ mod tests {
                 annotations: None,
                 owner_references: owners,
                 scheduler_name: None,
+                scheduling_group: false,
             })
         };
         assert_eq!(view(&[], None), Err(Skip::NoOwner));
@@ -751,6 +811,7 @@ mod tests {
             annotations: None,
             owner_references: &[],
             scheduler_name: None,
+            scheduling_group: false,
         };
         let patch = json_patch(
             &view,

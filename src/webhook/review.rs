@@ -54,6 +54,9 @@ impl Request {
 pub struct Pod {
     pub metadata: ObjectMeta,
     pub scheduler_name: Option<String>,
+    /// Whether the pod already names a scheduling group (`spec.schedulingGroup`, the native
+    /// backend's link), whatever its content.
+    pub scheduling_group: bool,
 }
 
 /// Parses an AdmissionReview body; the error says what is wrong with it.
@@ -83,9 +86,14 @@ pub fn pod(request: &Request) -> Result<Pod, String> {
         Some(Value::String(s)) => Some(s.clone()),
         Some(other) => return Err(format!("pod spec.schedulerName is not a string: {other}")),
     };
+    let scheduling_group = !matches!(
+        object.pointer("/spec/schedulingGroup"),
+        None | Some(Value::Null)
+    );
     Ok(Pod {
         metadata,
         scheduler_name,
+        scheduling_group,
     })
 }
 

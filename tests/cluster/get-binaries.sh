@@ -6,7 +6,10 @@
 # Its last two lines of stdout are "BIN=<dir>" and "CRDS=<dir>"; progress goes to stderr.
 # Concurrent runs are serialised by a lock, and binaries appear in BIN only once fully built.
 #
-# usage: get-binaries.sh [core|all]   (core: etcd, kube-apiserver, kube-controller-manager, kubectl)
+# usage: get-binaries.sh
+# environment: K8S_VERSION (default 1.34.4); K8S_SCHEDULER=1 also builds kube-scheduler (the
+# native-backend tier runs kube-scheduler v1.37 itself, the 1.34 tiers run the schedulers' own
+# binaries). A directory per version, so 1.34 and 1.37 live side by side.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=../lib.sh
@@ -31,28 +34,30 @@ log() { echo "[get-binaries $(date +%H:%M:%S)] $*" >&2; }
 # One run at a time per cache (test binaries may start control planes concurrently).
 one_run_at_a_time "$PGS_CACHE/.get-binaries.lock" get-binaries.sh
 
+K8S_CMDS="kube-apiserver kube-controller-manager kubectl"
+[ "${K8S_SCHEDULER:-0}" = 1 ] && K8S_CMDS="$K8S_CMDS kube-scheduler"
+
 build_kubernetes() {
-  if [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kube-controller-manager" ] && [ -x "$BIN/kubectl" ]; then
-    return
-  fi
+  local c missing=0
+  for c in $K8S_CMDS; do [ -x "$BIN/$c" ] || missing=1; done
+  [ "$missing" = 0 ] && return
   local staging=v0.${K8S_VERSION#1.}
   local w=$PGS_CACHE/src/k8s-v$K8S_VERSION
-  log "building kube-apiserver, kube-controller-manager, kubectl v$K8S_VERSION (cold: ~15-30 min on 2 cores)"
+  log "building $K8S_CMDS v$K8S_VERSION (cold: ~15-30 min on 2 cores)"
   rm -rf "$w"; mkdir -p "$w"
   local kmod; kmod=$(modjson "k8s.io/kubernetes@v$K8S_VERSION" GoMod)
   ( cd "$w"
     { echo "module local/k8s-testbin"; grep -E '^(go|godebug) ' "$kmod"; } > go.mod
     go mod edit -require="k8s.io/kubernetes@v$K8S_VERSION"
     replace_flags "$kmod" "$staging" | xargs go mod edit
-    go mod edit -tool=k8s.io/kubernetes/cmd/kube-apiserver \
-      -tool=k8s.io/kubernetes/cmd/kube-controller-manager -tool=k8s.io/kubernetes/cmd/kubectl
+    for c in $K8S_CMDS; do go mod edit -tool="k8s.io/kubernetes/cmd/$c"; done
     log "go mod tidy (downloads ~0.5 GB of modules when cold)"
     go mod tidy
     local ldf; ldf=$(k8s_ldflags "$K8S_VERSION")
     log "go build (this is the slow part)"
     rm -rf "$BIN/.build"; mkdir -p "$BIN/.build"
-    go build -trimpath -ldflags "$ldf" -o "$BIN/.build/" k8s.io/kubernetes/cmd/kube-apiserver \
-      k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl
+    # shellcheck disable=SC2046
+    go build -trimpath -ldflags "$ldf" -o "$BIN/.build/" $(printf 'k8s.io/kubernetes/cmd/%s ' $K8S_CMDS)
     mv "$BIN"/.build/* "$BIN/"; rmdir "$BIN/.build"
   )
   log "built $("$BIN/kube-apiserver" --version)"
