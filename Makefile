@@ -5,9 +5,12 @@
 #   make bench  the scale benchmark (bench/Makefile.inc)
 #   make faults the fault tier: API server, etcd and controller killed and restarted, a forced
 #               watch expiry and 429 throttling, each mid-burst on a control plane of its own
+#   make native the native-backend tier: the control-plane tests and the end-to-end scenarios on
+#               Kubernetes 1.37 with the GenericWorkload gate (kube-scheduler's own gang
+#               scheduling), built from the Go proxy like the 1.34 binaries
 #   make e2e    the end-to-end tier: kwok nodes, the scheduler-plugins and Volcano schedulers,
 #               training-operator and mpi-operator (gang mode off), all built from the Go proxy
-.PHONY: test lint unit integration binaries faults e2e demo build release
+.PHONY: test lint unit integration binaries faults e2e native demo build release
 
 CARGO ?= cargo
 
@@ -17,7 +20,7 @@ test: lint binaries
 lint:
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets -- -D warnings
-	$(CARGO) clippy --test e2e --test faults -- -D warnings
+	$(CARGO) clippy --test e2e --test faults --test native -- -D warnings
 
 unit:
 	$(CARGO) test --lib
@@ -36,6 +39,11 @@ faults: binaries
 e2e: binaries
 	tests/e2e/get-e2e-binaries.sh >/dev/null
 	$(CARGO) test --test e2e
+
+# The 1.37 control plane of the native-backend tier, then its tests.
+native:
+	NATIVE_GANG=1 K8S_VERSION=1.37.2 K8S_SCHEDULER=1 tests/cluster/get-binaries.sh >/dev/null
+	$(CARGO) test --test native
 
 build:
 	$(CARGO) build

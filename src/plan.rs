@@ -415,7 +415,14 @@ fn plan_pod_group(
     if !ours(&pg, &job.uid) {
         return conflict(plan, &pg, &job.uid, backend_kind, name);
     }
-    let actual = serde_json::to_value(pg.as_ref()).unwrap_or(Value::Null);
+    let mut actual = serde_json::to_value(pg.as_ref()).unwrap_or(Value::Null);
+    // The items of a list of a built-in API (the native backend's) carry no apiVersion and
+    // kind, so a PodGroup cached from a relist has none: they are the backend's by definition.
+    for field in ["apiVersion", "kind"] {
+        if actual.get(field).is_none() {
+            actual[field] = desired[field].clone();
+        }
+    }
     if needs_apply(&desired, &actual, FIELD_MANAGER) {
         if mode == Mode::DryRun {
             plan.events.push((
@@ -1268,6 +1275,10 @@ mod tests {
         pg["spec"]["priorityClassName"] = json!("cluster-default");
         pg["spec"]["priority"] = json!(1000);
         pg["spec"]["disruptionMode"] = json!({"single": {}});
+        // Items of a list of a built-in API have no apiVersion and kind (a relist at start-up).
+        let meta = pg.as_object_mut().unwrap();
+        meta.remove("apiVersion");
+        meta.remove("kind");
         let cached = served.with(BackendKind::Kubernetes, pg);
         let p = managed(&j, &cached);
         assert!(p.write.is_none(), "nothing changed: {:?}", p.write);
@@ -1286,7 +1297,12 @@ mod tests {
             resize: ResizePolicy::Never,
             ..settings()
         };
-        let p = plan_with(&native_job(3).0, Some(&annotations("true")), &cached, &never);
+        let p = plan_with(
+            &native_job(3).0,
+            Some(&annotations("true")),
+            &cached,
+            &never,
+        );
         assert!(p.write.is_none(), "{:?}", p.write);
     }
 

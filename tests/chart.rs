@@ -249,6 +249,7 @@ fn expected_cluster_triples(webhook: bool) -> BTreeSet<(String, String, String)>
     let pg_verbs = ["list", "watch", "create", "patch", "delete"];
     add("scheduling.x-k8s.io", &["podgroups"], &pg_verbs);
     add("scheduling.volcano.sh", &["podgroups"], &pg_verbs);
+    add("scheduling.k8s.io", &["podgroups"], &pg_verbs);
     add("events.k8s.io", &["events"], &["list", "create"]);
     if webhook {
         add("", &["pods"], &["list", "watch"]);
@@ -1135,6 +1136,7 @@ async fn the_chart_installs_and_its_rbac_is_enough_for_the_lifecycle() {
         let name = match backend {
             Backend::SchedulerPlugins => "gang-sp",
             Backend::Volcano => "gang-vc",
+            Backend::Kubernetes => "gang-k8s",
         };
         let gang = Gang {
             client: &client,

@@ -23,6 +23,7 @@ fn tag(backend: Backend) -> &'static str {
     match backend {
         Backend::SchedulerPlugins => "sp",
         Backend::Volcano => "vc",
+        Backend::Kubernetes => "k8s",
     }
 }
 
@@ -32,7 +33,7 @@ fn tag(backend: Backend) -> &'static str {
 fn waiting_reason(backend: Backend) -> &'static str {
     match backend {
         Backend::SchedulerPlugins => "GangWaiting",
-        Backend::Volcano => "GangUnschedulable",
+        Backend::Volcano | Backend::Kubernetes => "GangUnschedulable",
     }
 }
 

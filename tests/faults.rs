@@ -309,10 +309,7 @@ impl Drop for Scenario {
 }
 
 fn backend_label(b: Backend) -> &'static str {
-    match b {
-        Backend::SchedulerPlugins => "scheduler-plugins",
-        Backend::Volcano => "volcano",
-    }
+    b.name()
 }
 
 async fn list(

@@ -4,12 +4,11 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{DynamicObject, ObjectMeta, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
@@ -78,38 +77,19 @@ fn shared_log() -> String {
         .unwrap_or_default()
 }
 
-/// A namespace the webhook configuration `config` selects, with these annotations.
-async fn namespace(client: &Client, config: &str, annotations: &[(&str, &str)]) -> String {
-    let mut ns = support::namespace("", annotations);
-    ns.metadata.name = None;
-    ns.metadata.generate_name = Some("webhook-".into());
-    ns.metadata.labels = Some(BTreeMap::from([(
-        "podgroup-sync.test/webhook".to_string(),
-        config.to_string(),
-    )]));
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .expect("create namespace")
-        .name_any()
-}
+use wh::namespace;
 
 const ENABLED: (&str, &str) = ("podgroup-sync.io/enabled", "true");
 
 fn backend_annotation(b: Backend) -> (&'static str, &'static str) {
-    (
-        "podgroup-sync.io/backend",
-        match b {
-            Backend::SchedulerPlugins => "scheduler-plugins",
-            Backend::Volcano => "volcano",
-        },
-    )
+    ("podgroup-sync.io/backend", b.name())
 }
 
 fn scheduler_of(b: Backend) -> &'static str {
     match b {
         Backend::SchedulerPlugins => "scheduler-plugins-scheduler",
         Backend::Volcano => "volcano",
+        Backend::Kubernetes => "default-scheduler",
     }
 }
 

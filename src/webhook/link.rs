@@ -366,7 +366,10 @@ pub fn json_patch(pod: &PodView, additions: &[Addition]) -> Value {
                 if !std::mem::replace(&mut annotations, true) {
                     ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": {}}));
                 }
-                let path = format!("/metadata/annotations/{}", escape(backend::LINKED_ANNOTATION));
+                let path = format!(
+                    "/metadata/annotations/{}",
+                    escape(backend::LINKED_ANNOTATION)
+                );
                 ops.push(json!({"op": "add", "path": path, "value": n}));
             }
         }

@@ -569,6 +569,7 @@ pub fn template(link: Link, job: &str, pool: &str, container: &str, r: &Replicas
     let scheduler = match link.backend() {
         Backend::SchedulerPlugins => "default-scheduler",
         Backend::Volcano => "volcano",
+        Backend::Kubernetes => "default-scheduler",
     };
     match link {
         Link::HandLinked(Backend::SchedulerPlugins) => {
@@ -576,6 +577,9 @@ pub fn template(link: Link, job: &str, pool: &str, container: &str, r: &Replicas
         }
         Link::HandLinked(Backend::Volcano) => {
             annotations.insert("scheduling.k8s.io/group-name".to_string(), job.to_string());
+        }
+        Link::HandLinked(Backend::Kubernetes) => {
+            panic!("the job CRDs prune spec.schedulingGroup: only the webhook links native pods")
         }
         Link::Gang(_) | Link::Plain(_) => {}
     }
@@ -644,11 +648,7 @@ pub fn training_job(
     }
     let mut metadata = json!({"name": name});
     if let Link::Gang(b) = link {
-        let backend = match b {
-            Backend::SchedulerPlugins => "scheduler-plugins",
-            Backend::Volcano => "volcano",
-        };
-        metadata["annotations"] = json!({"podgroup-sync.io/backend": backend});
+        metadata["annotations"] = json!({"podgroup-sync.io/backend": b.name()});
     }
     json!({"apiVersion": ar.api_version, "kind": ar.kind, "metadata": metadata, "spec": spec})
 }

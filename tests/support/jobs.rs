@@ -38,6 +38,8 @@ pub const KINDS: [Kind; 6] = [
 pub enum Backend {
     SchedulerPlugins,
     Volcano,
+    /// Kubernetes' own `scheduling.k8s.io/v1beta1` (the native-gang tiers only).
+    Kubernetes,
 }
 
 pub fn ar(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
@@ -102,6 +104,16 @@ impl Backend {
                 ar("scheduling.x-k8s.io", "v1alpha1", "PodGroup", "podgroups")
             }
             Backend::Volcano => ar("scheduling.volcano.sh", "v1beta1", "PodGroup", "podgroups"),
+            Backend::Kubernetes => ar("scheduling.k8s.io", "v1beta1", "PodGroup", "podgroups"),
+        }
+    }
+
+    /// The value of the `podgroup-sync.io/backend` annotation that chooses this backend.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Backend::SchedulerPlugins => "scheduler-plugins",
+            Backend::Volcano => "volcano",
+            Backend::Kubernetes => "kubernetes",
         }
     }
 
@@ -116,6 +128,8 @@ impl Backend {
                 json!({"annotations": {"scheduling.k8s.io/group-name": pg}}),
                 "volcano",
             ),
+            // Only the pod-link webhook can link pods to a native PodGroup.
+            Backend::Kubernetes => (json!({}), "default-scheduler"),
         }
     }
 }
@@ -146,7 +160,12 @@ pub fn job(kind: Kind, backend: Backend, name: &str, workers: u32) -> Value {
     if let Some(head_type) = kind.head() {
         specs[head_type] = json!({"replicas": 1, "template": head});
     }
-    json!({"apiVersion": ar.api_version, "kind": ar.kind, "metadata": {"name": name},
+    let mut metadata = json!({"name": name});
+    if backend == Backend::Kubernetes {
+        // No template field points at the native backend: the job chooses it.
+        metadata["annotations"] = json!({"podgroup-sync.io/backend": "kubernetes"});
+    }
+    json!({"apiVersion": ar.api_version, "kind": ar.kind, "metadata": metadata,
         "spec": {kind.specs_field(): specs, "runPolicy": {}}})
 }
 
@@ -156,8 +175,15 @@ pub fn expected_spec(backend: Backend, workers: u32) -> Value {
     expected_spec_of(Kind::PyTorchJob, backend, workers)
 }
 
-/// The PodGroup spec [`job`] of `kind` should get.
+/// The PodGroup spec [`job`] of `kind` should get (as the API server stores it: the native
+/// PodGroup gains the server's defaults, `disruptionMode` and the resolved `priority`, on a
+/// cluster without a `globalDefault` PriorityClass).
 pub fn expected_spec_of(kind: Kind, backend: Backend, workers: u32) -> Value {
+    if backend == Backend::Kubernetes {
+        let min_count = workers + u32::from(kind.head().is_some());
+        return json!({"schedulingPolicy": {"gang": {"minCount": min_count}},
+            "disruptionMode": {"single": {}}, "priority": 0});
+    }
     let mut spec = match kind.head() {
         Some(_) => json!({"minMember": 1 + workers, "minResources": {
             "cpu": (1 + 2 * workers).to_string(), "memory": "1Gi", "nvidia.com/gpu": workers.to_string()}}),

@@ -30,6 +30,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -49,6 +50,22 @@ pub struct Cluster {
 }
 
 static CLUSTER: OnceLock<Result<Cluster, String>> = OnceLock::new();
+
+/// Whether this test binary's control planes run Kubernetes' own gang scheduling (1.37 with the
+/// GenericWorkload gate; start.sh's NATIVE_GANG=1).
+static NATIVE_GANG: AtomicBool = AtomicBool::new(false);
+
+/// Makes every control plane this test binary starts a native-gang one (Kubernetes 1.37,
+/// scheduling.k8s.io/v1beta1 served, kube-scheduler available). Call it before the first
+/// [`cluster`] in every test of such a binary.
+pub fn use_native_gang() {
+    NATIVE_GANG.store(true, Ordering::SeqCst);
+}
+
+/// Whether [`use_native_gang`] was called.
+pub fn native_gang() -> bool {
+    NATIVE_GANG.load(Ordering::SeqCst)
+}
 
 /// The control plane shared by every test of this test binary, started on first use.
 ///
@@ -282,6 +299,9 @@ fn start_cluster() -> Result<Cluster, String> {
         .arg(&work_dir)
         .arg("--owner-pid")
         .arg(std::process::id().to_string());
+    if native_gang() {
+        command.env("NATIVE_GANG", "1");
+    }
     let tail = run_start_script(command).map_err(|(what, tail)| fail(what, &tail))?;
 
     let kubeconfig = work_dir.join("kubeconfig");

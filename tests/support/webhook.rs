@@ -141,6 +141,22 @@ pub fn configuration_json(name: &str, port: u16, ca_pem: &str) -> Value {
     })
 }
 
+/// A namespace the webhook configuration `config` selects, with these annotations.
+pub async fn namespace(client: &Client, config: &str, annotations: &[(&str, &str)]) -> String {
+    let mut ns = super::namespace("", annotations);
+    ns.metadata.name = None;
+    ns.metadata.generate_name = Some("webhook-".into());
+    ns.metadata.labels = Some(std::collections::BTreeMap::from([(
+        "podgroup-sync.test/webhook".to_string(),
+        config.to_string(),
+    )]));
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("create namespace")
+        .name_any()
+}
+
 /// Creates or replaces the configuration.
 pub async fn register(client: &Client, config: &MutatingWebhookConfiguration) {
     let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
@@ -234,6 +250,9 @@ pub fn link_of(pod: &Pod, backend: Backend) -> (Option<String>, Option<String>) 
     let link = match backend {
         Backend::SchedulerPlugins => pod.labels().get("scheduling.x-k8s.io/pod-group"),
         Backend::Volcano => pod.annotations().get("scheduling.k8s.io/group-name"),
+        // The link is spec.schedulingGroup, which this typed Pod (1.34 API) drops; the webhook
+        // writes the same name into this annotation.
+        Backend::Kubernetes => pod.annotations().get("podgroup-sync.io/pod-group"),
     };
     (
         link.cloned(),

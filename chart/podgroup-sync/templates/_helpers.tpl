@@ -88,10 +88,11 @@ are only listed and watched (by caches), never fetched one by one, so "get" is n
 - apiGroups: ["node.k8s.io"]
   resources: ["runtimeclasses"]
   verbs: ["list", "watch"]
-# The PodGroups it owns, for both backends: watched (read from the cache only); created and
-# updated with server-side apply (an apply that creates an object needs create as well as
-# patch); deleted with a UID precondition.
-- apiGroups: ["scheduling.x-k8s.io", "scheduling.volcano.sh"]
+# The PodGroups it owns, for every backend (scheduler-plugins, Volcano, and Kubernetes' own
+# scheduling.k8s.io/v1beta1 on 1.37+; no Workload objects): watched (read from the cache only);
+# created and updated with server-side apply (an apply that creates an object needs create as
+# well as patch); deleted with a UID precondition.
+- apiGroups: ["scheduling.x-k8s.io", "scheduling.volcano.sh", "scheduling.k8s.io"]
   resources: ["podgroups"]
   verbs: ["list", "watch", "create", "patch", "delete"]
 # Events on the jobs: create (a repeated Event is suppressed, never patched); list once at
