@@ -20,7 +20,7 @@ test: lint binaries
 lint:
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets -- -D warnings
-	$(CARGO) clippy --test e2e --test faults --test native -- -D warnings
+	$(CARGO) clippy --test e2e --test faults --test native --test e2e_native -- -D warnings
 
 unit:
 	$(CARGO) test --lib
@@ -42,8 +42,9 @@ e2e: binaries
 
 # The 1.37 control plane of the native-backend tier, then its tests.
 native:
-	NATIVE_GANG=1 K8S_VERSION=1.37.2 K8S_SCHEDULER=1 tests/cluster/get-binaries.sh >/dev/null
-	$(CARGO) test --test native
+	K8S_VERSION=1.37.2 K8S_SCHEDULER=1 tests/cluster/get-binaries.sh >/dev/null
+	tests/e2e/get-e2e-binaries.sh kwok training-operator mpi-operator >/dev/null
+	$(CARGO) test --test native --test e2e_native
 
 build:
 	$(CARGO) build

@@ -147,6 +147,9 @@ fn start_components(cluster: &Cluster) -> Result<PathBuf, String> {
         .arg("--owner-pid")
         .arg(std::process::id().to_string())
         .env("PGS_BIN_DIR", &cluster.bin_dir);
+    if support::native_gang() {
+        command.env("E2E_NATIVE", "1");
+    }
     support::run_start_script(command).map_err(|(what, tail)| fail(what, &tail))?;
     Ok(dir)
 }
@@ -174,7 +177,11 @@ impl Env {
                 "-n",
                 ns,
                 "get",
-                "podgroups.scheduling.x-k8s.io,podgroups.scheduling.volcano.sh",
+                if support::native_gang() {
+                    "podgroups.scheduling.k8s.io"
+                } else {
+                    "podgroups.scheduling.x-k8s.io,podgroups.scheduling.volcano.sh"
+                },
                 "-o",
                 "yaml",
             ],
@@ -191,6 +198,7 @@ impl Env {
         for log in [
             "sp-scheduler",
             "vc-scheduler",
+            "kube-scheduler",
             "training-operator",
             "mpi-operator",
         ] {

@@ -28,6 +28,10 @@
 #   PGS_BIN_DIR             directory with kubectl (default: from tests/cluster/get-binaries.sh)
 #   E2E_LOCK_TIMEOUT=3600   seconds to wait for another e2e run on this machine to finish
 #   E2E_LOCK=/tmp/podgroup-sync-e2e.lock
+#   E2E_NATIVE=1            Kubernetes' own gang scheduling instead of the two schedulers: the
+#                           control plane's kube-scheduler (1.37, GenericWorkload gate on) as
+#                           "default-scheduler"; no scheduler-plugins, no Volcano (the control
+#                           plane must be a NATIVE_GANG=1 one)
 #
 # One e2e environment per machine: the mpi-operator's health port (:8080) and the
 # training-operator's certificate check (/tmp/k8s-webhook-server/serving-certs/tls.crt) are
@@ -64,6 +68,7 @@ if [ -n "$OWNER" ] && ! [ -d "/proc/$OWNER" ]; then
   echo "e2e start.sh: owner PID $OWNER is not running" >&2; exit 2
 fi
 READY_TIMEOUT=${READY_TIMEOUT:-120}
+E2E_NATIVE=${E2E_NATIVE:-0}
 E2E_LOCK=${E2E_LOCK:-/tmp/podgroup-sync-e2e.lock}
 
 mkdir -p "$W"
@@ -86,10 +91,17 @@ fi
 
 # --- binaries ---------------------------------------------------------------------------------
 log "get-e2e-binaries.sh (cold: tens of minutes; warm: a second)"
-out=$("$HERE/get-e2e-binaries.sh" </dev/null) || fail binaries "get-e2e-binaries.sh failed"
+if [ "$E2E_NATIVE" = 1 ]; then
+  COMPONENTS=(kwok training-operator mpi-operator)
+  NEEDED=(KWOK KWOK_STAGES TRAINING_OPERATOR MPI_OPERATOR)
+else
+  COMPONENTS=()
+  NEEDED=(KWOK KWOK_STAGES SCHEDULER_PLUGINS SCHEDULER_PLUGINS_CONTROLLER SCHEDULER_PLUGINS_CRDS
+          VOLCANO_SCHEDULER VOLCANO_CONTROLLER_MANAGER VOLCANO_CRDS TRAINING_OPERATOR MPI_OPERATOR)
+fi
+out=$("$HERE/get-e2e-binaries.sh" "${COMPONENTS[@]}" </dev/null) || fail binaries "get-e2e-binaries.sh failed"
 eval "$(printf '%s\n' "$out" | grep -E '^[A-Z_]+=' | sed -E 's/^([A-Z_]+)=(.*)$/\1=\x27\2\x27/')"
-for v in KWOK KWOK_STAGES SCHEDULER_PLUGINS SCHEDULER_PLUGINS_CONTROLLER SCHEDULER_PLUGINS_CRDS \
-         VOLCANO_SCHEDULER VOLCANO_CONTROLLER_MANAGER VOLCANO_CRDS TRAINING_OPERATOR MPI_OPERATOR; do
+for v in "${NEEDED[@]}"; do
   [ -n "${!v:-}" ] && [ -e "${!v}" ] || fail binaries "get-e2e-binaries.sh gave no usable $v"
 done
 
@@ -108,13 +120,15 @@ read -r KWOK_PORT NKCM_PORT SP_PORT SPC_METRICS SPC_PROBE VC_LISTEN VC_HEALTH VC
   VCM_HEALTH TO_METRICS TO_PROBE TO_WEBHOOK < <(free_ports 12)
 
 # --- cluster objects the components need --------------------------------------------------------
-log "installing the e2e CRDs (Volcano's, ElasticQuota) and namespaces"
-apply_args=()
-for f in "$VOLCANO_CRDS"/*.yaml "$SCHEDULER_PLUGINS_CRDS"/*.yaml; do apply_args+=(-f "$f"); done
-kubectl apply --server-side --force-conflicts --field-manager=podgroup-sync-e2e "${apply_args[@]}" \
-  >"$W/crds.log" 2>&1 || fail crds "kubectl apply of the CRDs failed"
-kubectl wait --for=condition=Established --timeout="${READY_TIMEOUT}s" "${apply_args[@]}" \
-  >>"$W/crds.log" 2>&1 || fail crds "CRDs not Established"
+if [ "$E2E_NATIVE" != 1 ]; then
+  log "installing the e2e CRDs (Volcano's, ElasticQuota) and namespaces"
+  apply_args=()
+  for f in "$VOLCANO_CRDS"/*.yaml "$SCHEDULER_PLUGINS_CRDS"/*.yaml; do apply_args+=(-f "$f"); done
+  kubectl apply --server-side --force-conflicts --field-manager=podgroup-sync-e2e "${apply_args[@]}" \
+    >"$W/crds.log" 2>&1 || fail crds "kubectl apply of the CRDs failed"
+  kubectl wait --for=condition=Established --timeout="${READY_TIMEOUT}s" "${apply_args[@]}" \
+    >>"$W/crds.log" 2>&1 || fail crds "CRDs not Established"
+fi
 for ns in kubeflow mpi-operator; do
   kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f - >>"$W/crds.log" 2>&1 ||
     fail crds "cannot create namespace $ns"
@@ -191,6 +205,18 @@ start node-kcm "$CP_BIN/kube-controller-manager" --kubeconfig="$KC" \
   --leader-elect=false --controllers=node-lifecycle-controller,pod-garbage-collector-controller
 wait_ready node-kcm "$STARTED_PID" https_ok "https://127.0.0.1:$NKCM_PORT/healthz"
 
+if [ "$E2E_NATIVE" = 1 ]; then
+  # --- kube-scheduler with Kubernetes' own gang scheduling ------------------------------------
+  [ -x "$CP_BIN/kube-scheduler" ] || fail binaries "no kube-scheduler in $CP_BIN (K8S_SCHEDULER=1)"
+  log "kube-scheduler, GangScheduling in the default profile (secure port 127.0.0.1:$SP_PORT)"
+  # As for scheduler-plugins below: new capacity is seen within ~15 s, not 5 minutes.
+  start kube-scheduler "$CP_BIN/kube-scheduler" --kubeconfig="$KC" \
+    --authentication-kubeconfig="$KC" --authorization-kubeconfig="$KC" \
+    --bind-address=127.0.0.1 --secure-port="$SP_PORT" --cert-dir="$W/kube-scheduler-certs" \
+    --leader-elect=false --feature-gates=GenericWorkload=true \
+    --pod-max-in-unschedulable-pods-duration=15s -v=2
+  wait_ready kube-scheduler "$STARTED_PID" https_ok "https://127.0.0.1:$SP_PORT/healthz"
+else
 # --- scheduler-plugins ------------------------------------------------------------------------
 log "scheduler-plugins controller (probe 127.0.0.1:$SPC_PROBE)"
 start sp-controller "$SCHEDULER_PLUGINS_CONTROLLER" --kubeconfig="$KC" \
@@ -248,6 +274,7 @@ wait_ready vc-scheduler "$STARTED_PID" http_ok "http://127.0.0.1:$VC_HEALTH/heal
 queue_open() { [ "$(kubectl get queues.scheduling.volcano.sh default -o jsonpath='{.status.state}')" = Open ]; }
 wait_ready vc-scheduler "$STARTED_PID" queue_open
 log "volcano queue 'default' is Open"
+fi
 
 # --- training-operator ------------------------------------------------------------------------
 # Gang scheduling off: no --gang-scheduler-name. Its certificate rotator waits for

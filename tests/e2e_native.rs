@@ -1,0 +1,236 @@
+//! End to end on Kubernetes' own gang scheduling (SPEC §9): a 1.37 control plane with the
+//! GenericWorkload gate, its kube-scheduler (GangScheduling in the default profile), kwok nodes,
+//! training-operator and mpi-operator with their gang modes off, job templates unchanged and the
+//! pod-link webhook on (`tests/e2e/start.sh` with E2E_NATIVE=1). The scenarios take turns, as in
+//! `tests/e2e.rs`. `make native` runs them.
+
+// Shared with tests/e2e.rs, whose hand-linked and unlinked jobs have no native counterpart.
+#[path = "e2e/harness.rs"]
+#[allow(dead_code)]
+mod harness;
+mod support;
+
+use harness::{Link, Replicas, Scope, exclusive, is_bound, names_of, replicas, training_job};
+use kube::api::DynamicObject;
+use serde_json::{Value, json};
+use support::jobs::{self, Backend, Kind, spec};
+
+const B: Backend = Backend::Kubernetes;
+
+async fn scope(prefix: &str, enabled: bool) -> Scope {
+    support::use_native_gang();
+    Scope::new(prefix, enabled).await
+}
+
+fn pytorch(name: &str, pool: &str, master: Replicas, workers: Replicas) -> Value {
+    training_job(
+        Kind::PyTorchJob,
+        Link::Gang(B),
+        name,
+        pool,
+        &[master, workers],
+        json!({}),
+    )
+}
+
+fn min_count(pg: &DynamicObject) -> Value {
+    spec(pg)["schedulingPolicy"]["gang"]["minCount"].clone()
+}
+
+/// The `PodGroupInitiallyScheduled` condition's status, as kube-scheduler wrote it.
+fn initially_scheduled(pg: &DynamicObject) -> Option<&str> {
+    pg.data
+        .pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "PodGroupInitiallyScheduled")?
+        .get("status")?
+        .as_str()
+}
+
+/// The pods' `spec.schedulingGroup.podGroupName`s (untyped: the 1.34 Pod type has no field).
+async fn scheduling_groups(s: &Scope, ns: &str, job: &str) -> Vec<Option<String>> {
+    let ar = kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&());
+    let pods = jobs::api(&s.client, ns, &ar)
+        .list(&kube::api::ListParams::default().labels(&format!("{}={job}", harness::JOB_LABEL)))
+        .await
+        .expect("list pods")
+        .items;
+    pods.iter()
+        .map(|p| {
+            p.data
+                .pointer("/spec/schedulingGroup/podGroupName")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+/// (a) 1 master + 3 workers, 1 GPU each, on nodes with 3 GPUs: the native PodGroup says
+/// minCount 4, kube-scheduler binds none and says why (mirrored as GangUnschedulable); one more
+/// GPU node and all 4 bind, and the PodGroup is marked initially scheduled.
+#[tokio::test]
+async fn a_gang_waits_whole_for_capacity_then_binds_whole() {
+    let _turn = exclusive().await;
+    let mut s = scope("e2e-na", true).await;
+    for _ in 0..3 {
+        s.add_node(1).await;
+    }
+    let ns = s.ns.clone();
+    let job = format!("pt-{}", s.id);
+    let manifest = pytorch(
+        &job,
+        s.pool(),
+        replicas("Master", 1, 1),
+        replicas("Worker", 3, 1),
+    );
+    s.create(&ns, Kind::PyTorchJob, &manifest).await;
+    s.wait_pg(&ns, B, &job, "minCount 4", |pg| min_count(pg) == 4)
+        .await;
+    let note = s.wait_event(&ns, &job, "GangUnschedulable").await;
+    s.wait_all_refused(&ns, &job, 4).await;
+    let waiting = s.pods(&ns, &job).await;
+    assert!(
+        waiting.iter().all(|p| !is_bound(p)),
+        "a gang of 4 with room for 3: no pod may bind: {:?}\n{}",
+        names_of(&waiting),
+        s.diagnostics()
+    );
+    assert_eq!(
+        scheduling_groups(&s, &ns, &job).await,
+        vec![Some(job.clone()); 4],
+        "the webhook links every pod\n{}",
+        s.diagnostics()
+    );
+    s.add_node(1).await;
+    let running = s.wait_all_running(&ns, &job, 4).await;
+    eprintln!(
+        "[{ns}] native gang of 4 waited on 3 GPUs ({note}); runs whole: {:?}",
+        names_of(&running)
+    );
+    s.wait_pg(&ns, B, &job, "initially scheduled", |pg| {
+        initially_scheduled(pg) == Some("True")
+    })
+    .await;
+    s.cleanup().await;
+}
+
+/// (b) The same zero-touch job in a namespace that is not enabled: no PodGroup, no link (the
+/// webhook adds nothing there), so kube-scheduler places pods one by one: 3 of 4 run on 3 GPUs.
+#[tokio::test]
+async fn b_without_our_pod_group_there_is_no_gang() {
+    let _turn = exclusive().await;
+    let mut s = scope("e2e-nb", false).await;
+    for _ in 0..3 {
+        s.add_node(1).await;
+    }
+    let ns = s.ns.clone();
+    let job = format!("pt-{}", s.id);
+    let manifest = pytorch(
+        &job,
+        s.pool(),
+        replicas("Master", 1, 1),
+        replicas("Worker", 3, 1),
+    );
+    s.create(&ns, Kind::PyTorchJob, &manifest).await;
+    let what = format!("3 of the 4 pods of {ns}/{job} Running, the 4th refused");
+    let pods = s
+        .env
+        .wait(&ns, &what, harness::SLOW, || async {
+            let pods = s.pods(&ns, &job).await;
+            let running = pods.iter().filter(|p| harness::is_running(p)).count();
+            let refused = pods.iter().filter(|p| harness::is_refused(p)).count();
+            (pods.len() == 4 && running == 3 && refused == 1).then_some(pods)
+        })
+        .await;
+    eprintln!("[{ns}] not enabled, no gang: {:?}", names_of(&pods));
+    assert_eq!(scheduling_groups(&s, &ns, &job).await, vec![None; 4]);
+    assert!(
+        jobs::get_pg(&s.client, &ns, B, &job).await.is_none(),
+        "no PodGroup in a namespace that is not enabled\n{}",
+        s.diagnostics()
+    );
+    s.cleanup().await;
+}
+
+/// (c) Two gangs of 4 on room for 4: one runs whole, the other waits whole; the first deleted,
+/// the second runs whole.
+#[tokio::test]
+async fn c_competing_jobs_one_runs_whole_the_other_waits_whole() {
+    let _turn = exclusive().await;
+    let mut s = scope("e2e-nc", true).await;
+    for _ in 0..2 {
+        s.add_node(2).await;
+    }
+    let ns = s.ns.clone();
+    let names = [format!("one-{}", s.id), format!("two-{}", s.id)];
+    for job in &names {
+        let manifest = pytorch(
+            job,
+            s.pool(),
+            replicas("Master", 1, 1),
+            replicas("Worker", 3, 1),
+        );
+        s.create(&ns, Kind::PyTorchJob, &manifest).await;
+    }
+    let what = "one job with 4 pods Running, the other with 4 pods none bound";
+    let (winner, loser) = s
+        .env
+        .wait(&ns, what, harness::SLOW, || async {
+            let a = s.pods(&ns, &names[0]).await;
+            let b = s.pods(&ns, &names[1]).await;
+            let whole = |p: &Vec<_>| p.len() == 4 && p.iter().all(harness::is_running);
+            let waiting = |p: &Vec<_>| p.len() == 4 && p.iter().all(harness::is_refused);
+            if whole(&a) && waiting(&b) {
+                Some((names[0].clone(), names[1].clone()))
+            } else if whole(&b) && waiting(&a) {
+                Some((names[1].clone(), names[0].clone()))
+            } else {
+                None
+            }
+        })
+        .await;
+    eprintln!("[{ns}] {winner} runs whole, {loser} waits whole");
+    s.wait_event(&ns, &loser, "GangUnschedulable").await;
+    jobs::delete(&s.client, &ns, &Kind::PyTorchJob.ar(), &winner).await;
+    let pods = s.wait_all_running(&ns, &loser, 4).await;
+    eprintln!(
+        "[{ns}] {winner} deleted; {loser} runs whole: {:?}",
+        names_of(&pods)
+    );
+    s.cleanup().await;
+}
+
+/// (d) MPIJob v2beta1 with launcherCreationPolicy WaitForWorkersReady: the launcher is left out
+/// of the gang (minCount 2), the workers bind as one, the launcher follows through its batch
+/// Job, the job succeeds and its PodGroup goes.
+#[tokio::test]
+async fn d_mpijob_wait_for_workers_ready_runs_to_completion() {
+    let _turn = exclusive().await;
+    let mut s = scope("e2e-nd", true).await;
+    for _ in 0..2 {
+        s.add_node(1).await;
+    }
+    let ns = s.ns.clone();
+    let job = format!("mpi-{}", s.id);
+    let manifest = training_job(
+        Kind::MPIJob,
+        Link::Gang(B),
+        &job,
+        s.pool(),
+        &[replicas("Launcher", 1, 0), replicas("Worker", 2, 1)],
+        json!({
+            "launcherCreationPolicy": "WaitForWorkersReady",
+            "slotsPerWorker": 1,
+            "runPolicy": {"cleanPodPolicy": "Running"},
+        }),
+    );
+    s.create(&ns, Kind::MPIJob, &manifest).await;
+    let pg = s.wait_pg(&ns, B, &job, "created", |_| true).await;
+    assert_eq!(min_count(&pg), 2, "launcher left out\n{}", s.diagnostics());
+    s.wait_job_condition(&ns, Kind::MPIJob, &job, "Succeeded")
+        .await;
+    eprintln!("[{ns}] MPIJob {job} Succeeded on the native gang");
+    s.wait_pg_gone(&ns, B, &job, "MPIJob Succeeded").await;
+    s.cleanup().await;
+}
