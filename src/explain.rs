@@ -308,4 +308,31 @@ mod tests {
             assert!(err.contains(k.kind), "{err}");
         }
     }
+
+    #[test]
+    fn rule_9_explain_for_the_native_backend_shows_min_count_and_what_it_lacks() {
+        let manifest = include_str!("../examples/pytorchjob.yaml");
+        let out = explain(
+            manifest,
+            Some(BackendKind::Kubernetes),
+            &BackendOptions::default(),
+        )
+        .unwrap();
+        let pg: Value = serde_yaml_ng::from_str(&out).unwrap();
+        assert_eq!(pg["apiVersion"], "scheduling.k8s.io/v1beta1");
+        assert_eq!(pg["spec"]["schedulingPolicy"]["gang"]["minCount"], 4);
+        assert!(pg["spec"].get("minResources").is_none());
+        assert!(
+            out.contains("have no field for minResources, queue, scheduleTimeoutSeconds"),
+            "{out}"
+        );
+        assert!(
+            out.contains("spec.schedulingGroup.podGroupName: "),
+            "what the webhook adds: {out}"
+        );
+        assert!(
+            out.contains("Worker: its pods need spec.schedulingGroup.podGroupName: pytorch-demo, which only the pod-link webhook sets"),
+            "{out}"
+        );
+    }
 }

@@ -305,8 +305,8 @@ fn plan_active(input: &Input, mode: Mode, job: &Job, gang: &Gang) -> Plan {
         plan.events.push((
             Reason::BackendUnavailable,
             format!(
-                "the {backend_kind} PodGroup CRD ({}) is not served by the API server; the PodGroup is created once it is",
-                backend.api_resource().api_version
+                "{}; the PodGroup is created once it is",
+                backend.not_served()
             ),
         ));
         return plan;

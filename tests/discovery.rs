@@ -98,6 +98,22 @@ async fn missing_crds_are_reported_and_picked_up_when_they_appear() {
         ) >= 1.0
     );
 
+    // The native backend on a 1.34 API server: reported the same way, with what serves it.
+    assert_eq!(
+        ctrl.metric("podgroup_sync_backend_served", &[("backend", "kubernetes")]),
+        0.0
+    );
+    jobs::create(
+        &client,
+        &ns,
+        Kind::TFJob,
+        &jobs::job(Kind::TFJob, Backend::Kubernetes, "wants-native", 1),
+    )
+    .await;
+    let ev = jobs::wait_event(&client, &ns, "wants-native", "BackendUnavailable").await;
+    let note = ev.note.unwrap_or_default();
+    assert!(note.contains("GenericWorkload"), "{note}");
+
     // Volcano appears: the waiting job gets its PodGroup, without a restart.
     apply_crd(
         cluster,

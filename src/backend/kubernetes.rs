@@ -46,10 +46,10 @@ impl PodGroupBackend for Kubernetes {
         LinkKey::SchedulingGroup
     }
 
-    fn link_instruction(&self, name: &str) -> String {
+    fn missing_link(&self, name: &str) -> String {
         format!(
-            "spec.schedulingGroup.podGroupName: {name} to its pods, which only the pod-link \
-             webhook can do (--webhook; the job CRDs drop the field from templates)"
+            "its pods need spec.schedulingGroup.podGroupName: {name}, which only the pod-link \
+             webhook sets (--webhook; the job CRDs drop the field from templates)"
         )
     }
 
@@ -87,6 +87,13 @@ impl PodGroupBackend for Kubernetes {
             spec.insert("priorityClassName".into(), json!(pc));
         }
         Value::Object(spec)
+    }
+
+    fn not_served(&self) -> String {
+        "the API server does not serve scheduling.k8s.io/v1beta1 PodGroups (Kubernetes 1.37+ \
+         with the GenericWorkload feature gate on and \
+         --runtime-config=scheduling.k8s.io/v1beta1=true)"
+            .into()
     }
 
     fn immutable_fields(&self) -> &'static [&'static str] {

@@ -182,6 +182,11 @@ pub trait PodGroupBackend: Sync {
         }
     }
 
+    /// What a template without the link needs, for the MissingPodGroupLink message.
+    fn missing_link(&self, name: &str) -> String {
+        format!("add {} to the pod template", self.link_instruction(name))
+    }
+
     /// The `schedulerName` the pod-link webhook gives pods that ask for the default scheduler
     /// (`None`: the default scheduler reaches this backend).
     fn link_scheduler_name<'a>(&self, opts: &'a BackendOptions) -> Option<&'a str>;
@@ -213,6 +218,16 @@ pub trait PodGroupBackend: Sync {
     /// Fields of the other backends this API has no place for (`explain` says so).
     fn absent_fields(&self) -> &'static [&'static str] {
         &[]
+    }
+
+    /// What the API server lacks while this backend's PodGroups are not served, and what
+    /// serves them.
+    fn not_served(&self) -> String {
+        format!(
+            "the {} PodGroup CRD ({}) is not served by the API server",
+            self.kind(),
+            self.api_resource().api_version
+        )
     }
 
     /// Job annotations copied onto the PodGroup.
@@ -430,9 +445,9 @@ pub fn missing_links(
         let link = backend.template_link(t);
         if link != Some(name) && !(webhook && link.is_none()) {
             out.push(format!(
-                "{}: add {} to the pod template",
+                "{}: {}",
                 r.replica_type,
-                backend.link_instruction(name)
+                backend.missing_link(name)
             ));
         }
         let asked = t.spec.as_ref().and_then(|s| s.scheduler_name.as_deref());
