@@ -259,43 +259,21 @@ async fn b_without_our_pod_group_there_is_no_gang(backend: Backend) {
 async fn c_mpijob_wait_for_workers_ready_runs_to_completion(backend: Backend) {
     let _turn = exclusive().await;
     let mut s = Scope::new(&format!("e2e-c-{}", tag(backend)), true).await;
-    for _ in 0..2 {
-        s.add_node(1).await;
-    }
-    let ns = s.ns.clone();
-    let job = format!("mpi-{}", s.id);
-    let manifest = training_job(
-        Kind::MPIJob,
-        Link::Gang(backend),
-        &job,
-        s.pool(),
-        &[replicas("Launcher", 1, 0), replicas("Worker", 2, 1)],
-        json!({
-            "launcherCreationPolicy": "WaitForWorkersReady",
-            "slotsPerWorker": 1,
-            "runPolicy": {"cleanPodPolicy": "Running"},
-        }),
-    );
-    s.create(&ns, Kind::MPIJob, &manifest).await;
-
-    let pg = s.wait_pg(&ns, backend, &job, "created", |_| true).await;
-    assert_eq!(
-        spec(&pg)["minMember"],
-        2,
-        "launcher left out\n{}",
-        s.diagnostics()
-    );
-    assert_eq!(
-        spec(&pg)["minResources"][harness::GPU],
-        "2",
-        "{}",
-        s.diagnostics()
-    );
-
-    s.wait_job_condition(&ns, Kind::MPIJob, &job, "Succeeded")
-        .await;
-    eprintln!("[{ns}] MPIJob {job} Succeeded");
-    s.wait_pg_gone(&ns, backend, &job, "MPIJob Succeeded").await;
+    harness::mpijob_runs_to_completion(&mut s, backend, |pg, s| {
+        assert_eq!(
+            spec(pg)["minMember"],
+            2,
+            "launcher left out\n{}",
+            s.diagnostics()
+        );
+        assert_eq!(
+            spec(pg)["minResources"][harness::GPU],
+            "2",
+            "{}",
+            s.diagnostics()
+        );
+    })
+    .await;
     s.cleanup().await;
 }
 
@@ -331,48 +309,7 @@ async fn d_tfjob_ps_worker_evaluator_are_one_gang(backend: Backend) {
 async fn e_competing_jobs_one_runs_whole_the_other_waits_whole(backend: Backend) {
     let _turn = exclusive().await;
     let mut s = Scope::new(&format!("e2e-e-{}", tag(backend)), true).await;
-    for _ in 0..2 {
-        s.add_node(2).await;
-    }
-    let ns = s.ns.clone();
-    let names = [format!("one-{}", s.id), format!("two-{}", s.id)];
-    for job in &names {
-        let manifest = pytorch(
-            Link::Gang(backend),
-            job,
-            s.pool(),
-            replicas("Master", 1, 1),
-            replicas("Worker", 3, 1),
-        );
-        s.create(&ns, Kind::PyTorchJob, &manifest).await;
-    }
-
-    let what = "one job with 4 pods Running, the other with 4 pods all refused";
-    let (winner, loser) = s
-        .env
-        .wait(&ns, what, harness::SLOW, || async {
-            let a = s.pods(&ns, &names[0]).await;
-            let b = s.pods(&ns, &names[1]).await;
-            let whole = |p: &Vec<_>| p.len() == 4 && p.iter().all(harness::is_running);
-            let waiting = |p: &Vec<_>| p.len() == 4 && p.iter().all(harness::is_refused);
-            if whole(&a) && waiting(&b) {
-                Some((names[0].clone(), names[1].clone()))
-            } else if whole(&b) && waiting(&a) {
-                Some((names[1].clone(), names[0].clone()))
-            } else {
-                None
-            }
-        })
-        .await;
-    eprintln!("[{ns}] {winner} runs whole, {loser} waits whole");
-    s.wait_event(&ns, &loser, waiting_reason(backend)).await;
-
-    jobs::delete(&s.client, &ns, &Kind::PyTorchJob.ar(), &winner).await;
-    let pods = s.wait_all_running(&ns, &loser, 4).await;
-    eprintln!(
-        "[{ns}] {winner} deleted; {loser} runs whole: {:?}",
-        names_of(&pods)
-    );
+    harness::competing_gangs(&mut s, backend, waiting_reason(backend)).await;
     s.cleanup().await;
 }
 

@@ -33,6 +33,24 @@ fn pytorch(name: &str, pool: &str, master: Replicas, workers: Replicas) -> Value
     )
 }
 
+/// Three one-GPU nodes and a zero-touch PyTorchJob of 1 master + 3 workers (1 GPU each) on
+/// them: the job's name.
+async fn gang_of_four_on_three_gpus(s: &mut Scope) -> String {
+    for _ in 0..3 {
+        s.add_node(1).await;
+    }
+    let job = format!("pt-{}", s.id);
+    let manifest = pytorch(
+        &job,
+        s.pool(),
+        replicas("Master", 1, 1),
+        replicas("Worker", 3, 1),
+    );
+    let ns = s.ns.clone();
+    s.create(&ns, Kind::PyTorchJob, &manifest).await;
+    job
+}
+
 fn min_count(pg: &DynamicObject) -> Value {
     spec(pg)["schedulingPolicy"]["gang"]["minCount"].clone()
 }
@@ -73,18 +91,8 @@ async fn scheduling_groups(s: &Scope, ns: &str, job: &str) -> Vec<Option<String>
 async fn a_gang_waits_whole_for_capacity_then_binds_whole() {
     let _turn = exclusive().await;
     let mut s = scope("e2e-na", true).await;
-    for _ in 0..3 {
-        s.add_node(1).await;
-    }
+    let job = gang_of_four_on_three_gpus(&mut s).await;
     let ns = s.ns.clone();
-    let job = format!("pt-{}", s.id);
-    let manifest = pytorch(
-        &job,
-        s.pool(),
-        replicas("Master", 1, 1),
-        replicas("Worker", 3, 1),
-    );
-    s.create(&ns, Kind::PyTorchJob, &manifest).await;
     s.wait_pg(&ns, B, &job, "minCount 4", |pg| min_count(pg) == 4)
         .await;
     let note = s.wait_event(&ns, &job, "GangUnschedulable").await;
@@ -121,18 +129,8 @@ async fn a_gang_waits_whole_for_capacity_then_binds_whole() {
 async fn b_without_our_pod_group_there_is_no_gang() {
     let _turn = exclusive().await;
     let mut s = scope("e2e-nb", false).await;
-    for _ in 0..3 {
-        s.add_node(1).await;
-    }
+    let job = gang_of_four_on_three_gpus(&mut s).await;
     let ns = s.ns.clone();
-    let job = format!("pt-{}", s.id);
-    let manifest = pytorch(
-        &job,
-        s.pool(),
-        replicas("Master", 1, 1),
-        replicas("Worker", 3, 1),
-    );
-    s.create(&ns, Kind::PyTorchJob, &manifest).await;
     let what = format!("3 of the 4 pods of {ns}/{job} Running, the 4th refused");
     let pods = s
         .env
@@ -159,45 +157,7 @@ async fn b_without_our_pod_group_there_is_no_gang() {
 async fn c_competing_jobs_one_runs_whole_the_other_waits_whole() {
     let _turn = exclusive().await;
     let mut s = scope("e2e-nc", true).await;
-    for _ in 0..2 {
-        s.add_node(2).await;
-    }
-    let ns = s.ns.clone();
-    let names = [format!("one-{}", s.id), format!("two-{}", s.id)];
-    for job in &names {
-        let manifest = pytorch(
-            job,
-            s.pool(),
-            replicas("Master", 1, 1),
-            replicas("Worker", 3, 1),
-        );
-        s.create(&ns, Kind::PyTorchJob, &manifest).await;
-    }
-    let what = "one job with 4 pods Running, the other with 4 pods none bound";
-    let (winner, loser) = s
-        .env
-        .wait(&ns, what, harness::SLOW, || async {
-            let a = s.pods(&ns, &names[0]).await;
-            let b = s.pods(&ns, &names[1]).await;
-            let whole = |p: &Vec<_>| p.len() == 4 && p.iter().all(harness::is_running);
-            let waiting = |p: &Vec<_>| p.len() == 4 && p.iter().all(harness::is_refused);
-            if whole(&a) && waiting(&b) {
-                Some((names[0].clone(), names[1].clone()))
-            } else if whole(&b) && waiting(&a) {
-                Some((names[1].clone(), names[0].clone()))
-            } else {
-                None
-            }
-        })
-        .await;
-    eprintln!("[{ns}] {winner} runs whole, {loser} waits whole");
-    s.wait_event(&ns, &loser, "GangUnschedulable").await;
-    jobs::delete(&s.client, &ns, &Kind::PyTorchJob.ar(), &winner).await;
-    let pods = s.wait_all_running(&ns, &loser, 4).await;
-    eprintln!(
-        "[{ns}] {winner} deleted; {loser} runs whole: {:?}",
-        names_of(&pods)
-    );
+    harness::competing_gangs(&mut s, B, "GangUnschedulable").await;
     s.cleanup().await;
 }
 
@@ -208,29 +168,9 @@ async fn c_competing_jobs_one_runs_whole_the_other_waits_whole() {
 async fn d_mpijob_wait_for_workers_ready_runs_to_completion() {
     let _turn = exclusive().await;
     let mut s = scope("e2e-nd", true).await;
-    for _ in 0..2 {
-        s.add_node(1).await;
-    }
-    let ns = s.ns.clone();
-    let job = format!("mpi-{}", s.id);
-    let manifest = training_job(
-        Kind::MPIJob,
-        Link::Gang(B),
-        &job,
-        s.pool(),
-        &[replicas("Launcher", 1, 0), replicas("Worker", 2, 1)],
-        json!({
-            "launcherCreationPolicy": "WaitForWorkersReady",
-            "slotsPerWorker": 1,
-            "runPolicy": {"cleanPodPolicy": "Running"},
-        }),
-    );
-    s.create(&ns, Kind::MPIJob, &manifest).await;
-    let pg = s.wait_pg(&ns, B, &job, "created", |_| true).await;
-    assert_eq!(min_count(&pg), 2, "launcher left out\n{}", s.diagnostics());
-    s.wait_job_condition(&ns, Kind::MPIJob, &job, "Succeeded")
-        .await;
-    eprintln!("[{ns}] MPIJob {job} Succeeded on the native gang");
-    s.wait_pg_gone(&ns, B, &job, "MPIJob Succeeded").await;
+    harness::mpijob_runs_to_completion(&mut s, B, |pg, s| {
+        assert_eq!(min_count(pg), 2, "launcher left out\n{}", s.diagnostics());
+    })
+    .await;
     s.cleanup().await;
 }

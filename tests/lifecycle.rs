@@ -9,7 +9,7 @@ use kube::Client;
 use serde_json::json;
 use support::controller::{self, Controller};
 use support::jobs::{self, Backend, KINDS, Kind, expected_spec_of, spec, wait_pg, wait_pg_gone};
-use support::lifecycle::{Gang, owner_ref_of};
+use support::lifecycle::{Gang, Row, owner_ref_of};
 
 const ENABLED: (&str, &str) = ("podgroup-sync.io/enabled", "true");
 
@@ -36,17 +36,6 @@ fn controller_log() -> String {
         .unwrap_or_default()
 }
 
-/// The rows of SPEC §4 that one job goes through.
-#[derive(Debug, Clone, Copy)]
-enum Row {
-    Created,
-    SpecChanged,
-    DeletedBySomeone,
-    SuspendedAndResumed,
-    Finished,
-    JobDeleted,
-}
-
 /// A fresh job of `kind` for `backend` in its own namespace, created (itself the first row's
 /// check), then taken through `row`.
 async fn row(row: Row, kind: Kind, backend: Backend) {
@@ -59,20 +48,7 @@ async fn row(row: Row, kind: Kind, backend: Backend) {
         name: "gang",
         log: &controller_log,
     };
-    let pg = gang.created().await;
-    match row {
-        Row::Created => {}
-        Row::SpecChanged => {
-            gang.scaled().await;
-        }
-        Row::DeletedBySomeone => gang.recreated_after_a_manual_delete(&pg).await,
-        Row::SuspendedAndResumed => {
-            gang.scaled().await;
-            gang.suspended_then_resumed(3).await;
-        }
-        Row::Finished => gang.finished().await,
-        Row::JobDeleted => gang.garbage_collected().await,
-    }
+    gang.through(row).await;
 }
 
 /// `row` for every kind × backend at once.

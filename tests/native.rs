@@ -14,7 +14,7 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 use support::controller::{self, Controller};
 use support::jobs::{self, Backend, KINDS, Kind, expected_spec_of, spec, wait_pg, wait_pg_gone};
-use support::lifecycle::Gang;
+use support::lifecycle::{Gang, Row};
 use support::webhook::{self as wh, operator_pod};
 use tokio::sync::OnceCell;
 
@@ -65,17 +65,6 @@ async fn namespace(client: &Client, annotations: &[(&str, &str)]) -> String {
     wh::namespace(client, WEBHOOK, annotations).await
 }
 
-/// The rows of SPEC §4 that one job goes through (as in `tests/lifecycle.rs`).
-#[derive(Debug, Clone, Copy)]
-enum Row {
-    Created,
-    SpecChanged,
-    DeletedBySomeone,
-    SuspendedAndResumed,
-    Finished,
-    JobDeleted,
-}
-
 async fn row(row: Row, kind: Kind) {
     let client = setup().await;
     let ns = namespace(&client, &[ENABLED]).await;
@@ -87,22 +76,8 @@ async fn row(row: Row, kind: Kind) {
         name: "gang",
         log: &log,
     };
-    let pg = gang.created().await;
-    match row {
-        Row::Created => {}
-        Row::SpecChanged => {
-            // minCount is mutable in v1beta1: the same object, resized in place.
-            let scaled = gang.scaled().await;
-            assert_eq!(scaled.metadata.uid, pg.metadata.uid, "{kind:?}: recreated");
-        }
-        Row::DeletedBySomeone => gang.recreated_after_a_manual_delete(&pg).await,
-        Row::SuspendedAndResumed => {
-            gang.scaled().await;
-            gang.suspended_then_resumed(3).await;
-        }
-        Row::Finished => gang.finished().await,
-        Row::JobDeleted => gang.garbage_collected().await,
-    }
+    // minCount is mutable in v1beta1: SpecChanged checks the same object is resized in place.
+    gang.through(row).await;
 }
 
 async fn every_kind(r: Row) {

@@ -660,3 +660,84 @@ pub fn training_job(
     }
     json!({"apiVersion": ar.api_version, "kind": ar.kind, "metadata": metadata, "spec": spec})
 }
+
+/// Two zero-touch PyTorchJob gangs of 4 (1 GPU a pod) on `backend`, with room for one (two
+/// 2-GPU nodes): one runs whole and the other waits whole, with `waiting_reason` on it; the
+/// winner deleted, the other runs whole.
+pub async fn competing_gangs(s: &mut Scope, backend: Backend, waiting_reason: &str) {
+    for _ in 0..2 {
+        s.add_node(2).await;
+    }
+    let ns = s.ns.clone();
+    let names = [format!("one-{}", s.id), format!("two-{}", s.id)];
+    for job in &names {
+        let manifest = training_job(
+            Kind::PyTorchJob,
+            Link::Gang(backend),
+            job,
+            s.pool(),
+            &[replicas("Master", 1, 1), replicas("Worker", 3, 1)],
+            json!({}),
+        );
+        s.create(&ns, Kind::PyTorchJob, &manifest).await;
+    }
+    let what = "one job with 4 pods Running, the other with 4 pods all refused";
+    let (winner, loser) = s
+        .env
+        .wait(&ns, what, SLOW, || async {
+            let a = s.pods(&ns, &names[0]).await;
+            let b = s.pods(&ns, &names[1]).await;
+            let whole = |p: &Vec<_>| p.len() == 4 && p.iter().all(is_running);
+            let waiting = |p: &Vec<_>| p.len() == 4 && p.iter().all(is_refused);
+            if whole(&a) && waiting(&b) {
+                Some((names[0].clone(), names[1].clone()))
+            } else if whole(&b) && waiting(&a) {
+                Some((names[1].clone(), names[0].clone()))
+            } else {
+                None
+            }
+        })
+        .await;
+    eprintln!("[{ns}] {winner} runs whole, {loser} waits whole");
+    s.wait_event(&ns, &loser, waiting_reason).await;
+    jobs::delete(&s.client, &ns, &Kind::PyTorchJob.ar(), &winner).await;
+    let pods = s.wait_all_running(&ns, &loser, 4).await;
+    eprintln!(
+        "[{ns}] {winner} deleted; {loser} runs whole: {:?}",
+        names_of(&pods)
+    );
+}
+
+/// A zero-touch MPIJob v2beta1 (1 launcher, 2 one-GPU workers) with launcherCreationPolicy
+/// WaitForWorkersReady on two one-GPU nodes, on `backend`: `check` sees its PodGroup once
+/// created; the job must then succeed and its PodGroup go.
+pub async fn mpijob_runs_to_completion(
+    s: &mut Scope,
+    backend: Backend,
+    check: impl Fn(&DynamicObject, &Scope),
+) {
+    for _ in 0..2 {
+        s.add_node(1).await;
+    }
+    let ns = s.ns.clone();
+    let job = format!("mpi-{}", s.id);
+    let manifest = training_job(
+        Kind::MPIJob,
+        Link::Gang(backend),
+        &job,
+        s.pool(),
+        &[replicas("Launcher", 1, 0), replicas("Worker", 2, 1)],
+        json!({
+            "launcherCreationPolicy": "WaitForWorkersReady",
+            "slotsPerWorker": 1,
+            "runPolicy": {"cleanPodPolicy": "Running"},
+        }),
+    );
+    s.create(&ns, Kind::MPIJob, &manifest).await;
+    let pg = s.wait_pg(&ns, backend, &job, "created", |_| true).await;
+    check(&pg, s);
+    s.wait_job_condition(&ns, Kind::MPIJob, &job, "Succeeded")
+        .await;
+    eprintln!("[{ns}] MPIJob {job} Succeeded");
+    s.wait_pg_gone(&ns, backend, &job, "MPIJob Succeeded").await;
+}

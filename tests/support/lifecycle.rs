@@ -7,6 +7,17 @@ use serde_json::{Value, json};
 
 use super::jobs::{self, Backend, Kind, expected_spec_of, spec, wait_pg, wait_pg_gone};
 
+/// The rows of SPEC §4 that one job goes through after its creation.
+#[derive(Debug, Clone, Copy)]
+pub enum Row {
+    Created,
+    SpecChanged,
+    DeletedBySomeone,
+    SuspendedAndResumed,
+    Finished,
+    JobDeleted,
+}
+
 /// One job `name` of `kind` for `backend` in `ns`, whose controller logs are `log()`.
 pub struct Gang<'a> {
     pub client: &'a Client,
@@ -18,6 +29,29 @@ pub struct Gang<'a> {
 }
 
 impl Gang<'_> {
+    /// Creates the job (itself the first row's check), then takes it through `row`.
+    pub async fn through(&self, row: Row) {
+        let pg = self.created().await;
+        match row {
+            Row::Created => {}
+            Row::SpecChanged => {
+                let scaled = self.scaled().await;
+                assert_eq!(
+                    scaled.metadata.uid, pg.metadata.uid,
+                    "{:?}/{:?}: resized by recreating",
+                    self.kind, self.backend
+                );
+            }
+            Row::DeletedBySomeone => self.recreated_after_a_manual_delete(&pg).await,
+            Row::SuspendedAndResumed => {
+                self.scaled().await;
+                self.suspended_then_resumed(3).await;
+            }
+            Row::Finished => self.finished().await,
+            Row::JobDeleted => self.garbage_collected().await,
+        }
+    }
+
     /// Row "job created": the exact PodGroup, owned by the job, labelled, applied by our field
     /// manager. The job has 2 workers.
     pub async fn created(&self) -> DynamicObject {
