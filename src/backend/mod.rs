@@ -114,7 +114,7 @@ pub enum LinkKey {
     SchedulingGroup,
 }
 
-/// PodGroup phases of both backends, in one label set.
+/// PodGroup phases of every backend, in one label set (the native backend has conditions only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Phase {
     /// Created, not yet seen by the scheduler's controller.
