@@ -358,3 +358,29 @@ async fn a_restart_with_nothing_changed_writes_nothing() {
     );
     support::stop_cluster(&cluster);
 }
+
+#[tokio::test]
+async fn the_charts_rbac_is_enough_for_the_native_lifecycle() {
+    // A control plane of its own: no other controller may manage its namespaces.
+    support::use_native_gang();
+    let cluster = support::private_cluster();
+    let client = cluster.client().await;
+    let release_ns = support::test_namespace(&client, "chart", &[]).await;
+    let release = support::chart::install(&cluster, &release_ns);
+    assert!(release.can_i(&cluster, "patch", "podgroups.scheduling.k8s.io", None));
+    assert!(!release.can_i(&cluster, "create", "workloads.scheduling.k8s.io", None));
+    let ctl = controller::start(&cluster, Some(&release.kubeconfig), &release.args());
+    let ns = support::test_namespace(&client, "chart-native", &[ENABLED]).await;
+    let ctl_log = || ctl.log_tail();
+    Gang {
+        client: &client,
+        ns: &ns,
+        kind: Kind::PyTorchJob,
+        backend: B,
+        name: "gang",
+        log: &ctl_log,
+    }
+    .whole_lifecycle()
+    .await;
+    support::stop_cluster(&cluster);
+}

@@ -19,6 +19,7 @@
 //! they never skip.
 #![allow(dead_code)]
 
+pub mod chart;
 pub mod controller;
 pub mod faults;
 pub mod jobs;
