@@ -146,12 +146,12 @@ impl Metrics {
         );
         let backend_served = gauge_vec(
             "podgroup_sync_backend_served",
-            "1 when the API server serves the backend's PodGroup CRD.",
+            "1 when the API server serves the backend's PodGroups (its CRD, or scheduling.k8s.io/v1beta1 for kubernetes).",
             &["backend"],
         );
         let backend_unavailable = counter_vec(
             "podgroup_sync_backend_unavailable_total",
-            "Job reconciles that wanted a backend whose PodGroup CRD is not served.",
+            "Job reconciles that wanted a backend whose PodGroups are not served.",
             &["backend"],
         );
         let events = counter_vec(

@@ -327,8 +327,7 @@ fn plan_active(input: &Input, mode: Mode, job: &Job, gang: &Gang) -> Plan {
         .filter(|pg| ours(pg, &job.uid))
         .and_then(|pg| pg.data.get("spec"))
     {
-        let wanted = backend.spec(job, gang, Some(spec), opts);
-        warnings.extend(backend::immutable_changes(backend, &wanted, spec));
+        warnings.extend(backend::immutable_changes(backend, job, gang, spec, opts));
     }
     if !warnings.is_empty() {
         plan.events

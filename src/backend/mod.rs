@@ -380,16 +380,23 @@ pub fn name_and_checks(
     Ok((name, warnings))
 }
 
-/// What the job asks for in fields the existing PodGroup can no longer change (the PodGroup
-/// keeps its values), one message per field. A field the job leaves unset is no change: the API
-/// server may have filled it in (the native PodGroup's default priority class).
+/// What the job asks for in fields the existing PodGroup (its `spec`, `existing`) can no longer
+/// change (the PodGroup keeps its values), one message per field. A field the job leaves unset
+/// is no change: the API server may have filled it in (the native PodGroup's default priority
+/// class). Backends without immutable fields cost nothing here.
 pub fn immutable_changes(
     backend: &dyn PodGroupBackend,
-    wanted: &Value,
+    job: &Job,
+    gang: &Gang,
     existing: &Value,
+    opts: &BackendOptions,
 ) -> Vec<String> {
-    backend
-        .immutable_fields()
+    let fields = backend.immutable_fields();
+    if fields.is_empty() {
+        return Vec::new();
+    }
+    let wanted = backend.spec(job, gang, Some(existing), opts);
+    fields
         .iter()
         .filter_map(|f| {
             let want = wanted.get(*f)?;

@@ -346,35 +346,30 @@ pub fn json_patch(pod: &PodView, additions: &[Addition]) -> Value {
     let (mut labels, mut annotations) = (pod.labels.is_some(), pod.annotations.is_some());
     for a in additions {
         match a {
-            Addition::Label(k, v) => {
-                if !std::mem::replace(&mut labels, true) {
-                    ops.push(json!({"op": "add", "path": "/metadata/labels", "value": {}}));
-                }
-                ops.push(json!({"op": "add", "path": format!("/metadata/labels/{}", escape(k)), "value": v}));
-            }
+            Addition::Label(k, v) => add_entry(&mut ops, &mut labels, "labels", k, v),
             Addition::Annotation(k, v) => {
-                if !std::mem::replace(&mut annotations, true) {
-                    ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": {}}));
-                }
-                ops.push(json!({"op": "add", "path": format!("/metadata/annotations/{}", escape(k)), "value": v}));
+                add_entry(&mut ops, &mut annotations, "annotations", k, v)
             }
             Addition::SchedulerName(s) => {
                 ops.push(json!({"op": "add", "path": "/spec/schedulerName", "value": s}));
             }
             Addition::SchedulingGroup(n) => {
                 ops.push(json!({"op": "add", "path": "/spec/schedulingGroup", "value": {"podGroupName": n}}));
-                if !std::mem::replace(&mut annotations, true) {
-                    ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": {}}));
-                }
-                let path = format!(
-                    "/metadata/annotations/{}",
-                    escape(backend::LINKED_ANNOTATION)
-                );
-                ops.push(json!({"op": "add", "path": path, "value": n}));
+                let key = backend::LINKED_ANNOTATION;
+                add_entry(&mut ops, &mut annotations, "annotations", key, n);
             }
         }
     }
     Value::Array(ops)
+}
+
+/// The ops that set `metadata.<map>[key] = value`, creating the map first unless `present`.
+fn add_entry(ops: &mut Vec<Value>, present: &mut bool, map: &str, key: &str, value: &str) {
+    if !std::mem::replace(present, true) {
+        ops.push(json!({"op": "add", "path": format!("/metadata/{map}"), "value": {}}));
+    }
+    let path = format!("/metadata/{map}/{}", escape(key));
+    ops.push(json!({"op": "add", "path": path, "value": value}));
 }
 
 /// A JSON Pointer reference token (RFC 6901): `~` → `~0`, `/` → `~1`.

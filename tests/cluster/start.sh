@@ -22,9 +22,8 @@
 #                       GenericWorkload gate is on in every component, scheduling.k8s.io/v1beta1
 #                       is served (a beta API off by default), and KCM also runs the
 #                       podgroup-protection controller (it lifts the finalizer the API server
-#                       puts on every native PodGroup)
-#   START_SCHEDULER=1   also start kube-scheduler (built with K8S_SCHEDULER=1; with NATIVE_GANG
-#                       its default profile runs the GangScheduling plugin)
+#                       puts on every native PodGroup); kube-scheduler is built beside the
+#                       other binaries for tests/e2e/start.sh (E2E_NATIVE=1), which starts it
 #
 # Progress goes to stderr. On success the last stdout lines are KUBECONFIG=..., API_URL=... (the
 # same as WORK_DIR/env). On failure every process started so far is stopped and the tail of the
@@ -55,7 +54,6 @@ if [ -n "$OWNER" ] && ! [ -d "/proc/$OWNER" ]; then
 fi
 READY_TIMEOUT=${READY_TIMEOUT:-120}
 START_KCM=${START_KCM:-1}
-START_SCHEDULER=${START_SCHEDULER:-0}
 GATES=() APISERVER_EXTRA=() KCM_CONTROLLERS=garbage-collector-controller,namespace-controller,job-controller,serviceaccount-token-controller
 if [ "${NATIVE_GANG:-0}" = 1 ]; then
   export K8S_VERSION=${K8S_VERSION:-1.37.2} K8S_SCHEDULER=1
@@ -63,7 +61,6 @@ if [ "${NATIVE_GANG:-0}" = 1 ]; then
   APISERVER_EXTRA=(--runtime-config=scheduling.k8s.io/v1beta1=true)
   KCM_CONTROLLERS=$KCM_CONTROLLERS,podgroup-protection-controller
 fi
-[ "$START_SCHEDULER" = 0 ] || export K8S_SCHEDULER=1
 
 mkdir -p "$W"
 W=$(cd "$W" && pwd -P)   # absolute: it is written into kubeconfig/env and matched by stop.sh
@@ -90,8 +87,6 @@ for b in etcd kube-apiserver kubectl; do
 done
 [ "$START_KCM" = 0 ] || [ -x "$BIN/kube-controller-manager" ] ||
   { echo "start.sh: $BIN/kube-controller-manager is missing" >&2; exit 1; }
-[ "$START_SCHEDULER" = 0 ] || [ -x "$BIN/kube-scheduler" ] ||
-  { echo "start.sh: $BIN/kube-scheduler is missing" >&2; exit 1; }
 CRD_FILES=(
   "$CRDS/training-operator/kubeflow.org_pytorchjobs.yaml"
   "$CRDS/training-operator/kubeflow.org_tfjobs.yaml"
@@ -107,7 +102,7 @@ for f in "${CRD_FILES[@]}"; do [ -f "$f" ] || { echo "start.sh: CRD file $f is m
 
 # --- ports and PKI ----------------------------------------------------------------------------
 # Four distinct free loopback ports (all bound at once, then released; a tiny race remains).
-read -r ETCD_PORT ETCD_PEER_PORT API_PORT KCM_PORT SCHED_PORT < <(free_ports 5)
+read -r ETCD_PORT ETCD_PEER_PORT API_PORT KCM_PORT < <(free_ports 4)
 ETCD_URL=http://127.0.0.1:$ETCD_PORT
 API_URL=https://127.0.0.1:$API_PORT
 
@@ -217,18 +212,6 @@ if [ "$START_KCM" != 0 ]; then
   log "kube-controller-manager ready"
 else
   log "START_KCM=0: no kube-controller-manager (no garbage collection, no namespace deletion)"
-fi
-
-# --- kube-scheduler ---------------------------------------------------------------------------
-if [ "$START_SCHEDULER" != 0 ]; then
-  log "kube-scheduler (secure port $SCHED_PORT)"
-  start scheduler "$BIN/kube-scheduler" --kubeconfig="$W/kubeconfig" \
-    --authentication-kubeconfig="$W/kubeconfig" --authorization-kubeconfig="$W/kubeconfig" \
-    --bind-address=127.0.0.1 --secure-port="$SCHED_PORT" --cert-dir="$W/pki/scheduler" \
-    --leader-elect=false "${GATES[@]}"
-  sched_ready() { [ "$(curl -sSk --max-time 5 "https://127.0.0.1:$SCHED_PORT/healthz")" = ok ]; }
-  wait_ready scheduler "$STARTED_PID" sched_ready
-  log "kube-scheduler ready"
 fi
 
 {
