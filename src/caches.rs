@@ -32,6 +32,8 @@ pub struct Caches {
     pub jobs: JobStores,
     /// Pods of managed jobs created without a link (kept only with the webhook on).
     pub unlinked: crate::unlinked::UnlinkedPods,
+    /// Nodes and Volcano Queues, stripped (kept only with the feasibility check on).
+    pub capacity: Option<crate::health::capacity::CapacityCaches>,
 }
 
 /// The job cache of each watched kind and version.

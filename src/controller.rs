@@ -15,11 +15,12 @@ use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use crate::backend::{BACKENDS, MANAGED_BY_LABEL, MANAGED_BY_VALUE, Phase};
+use crate::backend::{BACKENDS, BackendKind, MANAGED_BY_LABEL, MANAGED_BY_VALUE, Phase};
 use crate::caches::Caches;
 use crate::discovery::{discover, discovery_retry};
 use crate::enablement::Mode;
 use crate::events::Events;
+use crate::health::capacity::CapacityCaches;
 use crate::liveness::Liveness;
 use crate::reconcile::{self, Context};
 use crate::running::Running;
@@ -88,6 +89,8 @@ struct ContextCaches {
     limit_ranges: Store<LimitRange>,
     priority_classes: Store<PriorityClass>,
     runtime_classes: Store<RuntimeClass>,
+    /// Nodes (and later Queues), with the feasibility check on.
+    capacity: Option<CapacityCaches>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -96,6 +99,7 @@ fn spawn_context_caches(
     triggers: &broadcast::Sender<Trigger>,
     liveness: &Liveness,
     metrics: &Arc<crate::metrics::Metrics>,
+    feasibility: bool,
 ) -> ContextCaches {
     let (namespaces, h1) = spawn_context_cache(
         Api::<Namespace>::all(client.clone()),
@@ -126,12 +130,20 @@ fn spawn_context_caches(
         liveness.probe("runtimeclasses"),
         metrics.clone(),
     );
+    let mut tasks = vec![h1, h2, h3, h4];
+    let capacity = feasibility.then(|| {
+        let (c, h) = CapacityCaches::spawn(client, liveness.probe("nodes"), metrics.clone());
+        tasks.push(h);
+        tasks.push(c.spawn_debounce(triggers.clone()));
+        c
+    });
     ContextCaches {
         namespaces,
         limit_ranges,
         priority_classes,
         runtime_classes,
-        tasks: vec![h1, h2, h3, h4],
+        capacity,
+        tasks,
     }
 }
 
@@ -165,6 +177,7 @@ impl ContextCaches {
             owned: Default::default(),
             jobs: Default::default(),
             unlinked: Default::default(),
+            capacity: self.capacity,
         };
         Ok(Some((caches, self.tasks)))
     }
@@ -187,6 +200,18 @@ impl ContextCaches {
             (
                 "runtimeclasses",
                 self.runtime_classes.wait_until_ready().await.is_ok(),
+            ),
+            (
+                "nodes",
+                match &self.capacity {
+                    Some(c) => {
+                        let ok = c.nodes.wait_until_ready().await.is_ok();
+                        // No reconcile reads an empty capacity before the first list.
+                        c.refresh();
+                        ok
+                    }
+                    None => true,
+                },
             ),
         ];
         waits.into_iter().find(|(_, ok)| !ok).map(|(what, _)| what)
@@ -212,7 +237,13 @@ pub async fn run(
     } = signals;
     let liveness = readiness.liveness().clone();
     let (triggers, _) = broadcast::channel::<Trigger>(16_384);
-    let context = spawn_context_caches(&client, &triggers, &liveness, &metrics);
+    let context = spawn_context_caches(
+        &client,
+        &triggers,
+        &liveness,
+        &metrics,
+        ctx_settings.feasibility,
+    );
     let Some((caches, mut tasks)) = context.wait_synced(&mut shutdown).await? else {
         return Ok(());
     };
@@ -237,10 +268,15 @@ pub async fn run(
     let _ = caches_out.send(Some(caches.clone()));
     remember_published_events(&client, &ctx).await;
     tasks.push(spawn_leader_trigger(leading, triggers.clone()));
+    tasks.extend(crate::health::auditor::spawn(
+        ctx.clone(),
+        readiness.clone(),
+        shutdown.clone(),
+    ));
 
     let mut running = Running::new(
         client.clone(),
-        ctx,
+        ctx.clone(),
         caches.clone(),
         triggers,
         metrics.clone(),
@@ -268,6 +304,7 @@ pub async fn run(
             }
         }
         refresh_gauges(&metrics, &caches, &ctx_settings.enablement, &readiness);
+        refresh_health_gauges(&metrics, &ctx);
         heartbeat.store(
             k8s_openapi::jiff::Timestamp::now().as_second(),
             Ordering::Relaxed,
@@ -329,6 +366,24 @@ fn refresh_gauges(
     metrics
         .stale_caches
         .set(readiness.liveness().stale().len() as i64);
+}
+
+/// The broken and infeasible gang gauges, from what the reconciles remember.
+fn refresh_health_gauges(metrics: &crate::metrics::Metrics, ctx: &Context) {
+    let counts = ctx.health_counts();
+    let get = |b: BackendKind, what: &str| counts.get(&(b, what)).copied().unwrap_or(0);
+    for b in BACKENDS {
+        metrics
+            .broken_gangs
+            .with_label_values(&[b.as_str()])
+            .set(get(b, "broken"));
+        for (label, what) in [("capacity", "infeasible"), ("queue", "queue_unavailable")] {
+            metrics
+                .infeasible_gangs
+                .with_label_values(&[b.as_str(), label])
+                .set(get(b, what));
+        }
+    }
 }
 
 fn update_pod_group_gauge(metrics: &crate::metrics::Metrics, caches: &Caches) {

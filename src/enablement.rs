@@ -34,7 +34,7 @@ impl Mode {
 
 /// A backend annotation that names no backend, and where it was set.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{place} {key}={value:?} names no known backend (scheduler-plugins, volcano)", key = BACKEND_ANNOTATION)]
+#[error("{place} {key}={value:?} names no known backend (scheduler-plugins, volcano, kubernetes)", key = BACKEND_ANNOTATION)]
 pub struct UnknownBackend {
     /// "job annotation" or "namespace annotation".
     pub place: &'static str,

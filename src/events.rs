@@ -65,6 +65,18 @@ pub enum Reason {
     GangUnschedulable,
     /// The gang has been waiting longer than the warning threshold.
     GangWaiting,
+    /// A gang that ran whole has had fewer than minMember pods running past the threshold.
+    GangBroken,
+    /// A broken gang is whole again.
+    GangRecovered,
+    /// A pod of the gang fits no schedulable node, or minResources exceed them all together.
+    GangInfeasible,
+    /// A gang reported infeasible (or its queue unavailable) can be placed again.
+    GangFeasible,
+    /// The Volcano queue of the gang does not exist or is not Open.
+    QueueUnavailable,
+    /// On a PodGroup podgroup-sync did not make: its controller is gone or finished.
+    StalePodGroup,
     /// Dry-run: the PodGroup that would be created.
     WouldCreatePodGroup,
     /// Dry-run: the PodGroup change that would be applied.
@@ -72,7 +84,7 @@ pub enum Reason {
 }
 
 impl Reason {
-    pub const ALL: [Reason; 11] = [
+    pub const ALL: [Reason; 17] = [
         Reason::InvalidSpec,
         Reason::InvalidBackend,
         Reason::BackendUnavailable,
@@ -82,6 +94,12 @@ impl Reason {
         Reason::PodGroupConflict,
         Reason::GangUnschedulable,
         Reason::GangWaiting,
+        Reason::GangBroken,
+        Reason::GangRecovered,
+        Reason::GangInfeasible,
+        Reason::GangFeasible,
+        Reason::QueueUnavailable,
+        Reason::StalePodGroup,
         Reason::WouldCreatePodGroup,
         Reason::WouldUpdatePodGroup,
     ];
@@ -97,6 +115,12 @@ impl Reason {
             Reason::PodGroupConflict => "PodGroupConflict",
             Reason::GangUnschedulable => "GangUnschedulable",
             Reason::GangWaiting => "GangWaiting",
+            Reason::GangBroken => "GangBroken",
+            Reason::GangRecovered => "GangRecovered",
+            Reason::GangInfeasible => "GangInfeasible",
+            Reason::GangFeasible => "GangFeasible",
+            Reason::QueueUnavailable => "QueueUnavailable",
+            Reason::StalePodGroup => "StalePodGroup",
             Reason::WouldCreatePodGroup => "WouldCreatePodGroup",
             Reason::WouldUpdatePodGroup => "WouldUpdatePodGroup",
         }
@@ -104,7 +128,10 @@ impl Reason {
 
     pub fn type_(&self) -> EventType {
         match self {
-            Reason::WouldCreatePodGroup | Reason::WouldUpdatePodGroup => EventType::Normal,
+            Reason::WouldCreatePodGroup
+            | Reason::WouldUpdatePodGroup
+            | Reason::GangRecovered
+            | Reason::GangFeasible => EventType::Normal,
             _ => EventType::Warning,
         }
     }
@@ -312,12 +339,13 @@ mod tests {
     }
 
     #[test]
-    fn reasons_are_unique_and_only_dry_run_ones_are_normal() {
+    fn reasons_are_unique_and_only_dry_run_and_recovery_ones_are_normal() {
         let names: std::collections::BTreeSet<&str> =
             Reason::ALL.iter().map(Reason::as_str).collect();
         assert_eq!(names.len(), Reason::ALL.len());
         for r in Reason::ALL {
-            let normal = r.as_str().starts_with("Would");
+            let normal = r.as_str().starts_with("Would")
+                || matches!(r, Reason::GangRecovered | Reason::GangFeasible);
             assert_eq!(r.type_() == EventType::Normal, normal, "{r:?}");
         }
     }

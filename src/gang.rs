@@ -18,6 +18,9 @@ const MAX_MIN_MEMBER: u64 = i32::MAX as u64;
 pub struct Priorities {
     pub values: BTreeMap<String, i32>,
     pub global_default: Option<i32>,
+    /// Only some classes are known (`explain` offline): a class not among them is unknown,
+    /// not missing.
+    pub offline: bool,
 }
 
 impl Priorities {
@@ -270,6 +273,14 @@ fn member(
     let priority = match priorities.resolve(class) {
         Resolved::Class(v) | Resolved::GlobalDefault(v) => v,
         Resolved::Zero => 0,
+        Resolved::UnknownClass if priorities.offline => {
+            warnings.push(format!(
+                "replica type {}: PriorityClass {:?} is unknown offline; counted as priority 0 (give the class with another -f, or use --kubeconfig)",
+                r.replica_type,
+                class.unwrap_or_default()
+            ));
+            0
+        }
         Resolved::UnknownClass => {
             warnings.push(format!(
                 "replica type {}: PriorityClass {:?} does not exist; counted as priority 0 (its pods will be rejected at admission)",

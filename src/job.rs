@@ -114,20 +114,6 @@ struct ReplicaSpecIn {
     template: Option<Value>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-struct Condition {
-    #[serde(rename = "type")]
-    type_: String,
-    status: String,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default)]
-struct StatusIn {
-    conditions: Vec<Condition>,
-}
-
 /// One replica type after defaulting.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Replica {
@@ -194,6 +180,20 @@ pub struct ObjectIdentity {
     pub annotations: BTreeMap<String, String>,
 }
 
+/// Whether a job's `status` has a true `Succeeded` or `Failed` condition (read without
+/// normalising the job: the stale-PodGroup audit asks it of every owner).
+pub fn finished(status: Option<&Value>) -> bool {
+    let conditions = status
+        .and_then(|s| s.get("conditions"))
+        .and_then(Value::as_array);
+    conditions.into_iter().flatten().any(|c| {
+        matches!(
+            c.get("type").and_then(Value::as_str),
+            Some("Succeeded" | "Failed")
+        ) && c.get("status").and_then(Value::as_str) == Some("True")
+    })
+}
+
 /// Normalises a job object (as JSON: `metadata`, `spec`, `status`) of the given kind.
 pub fn normalize(kind: &'static JobKind, obj: &Value) -> Result<Job, InvalidJob> {
     let meta: ObjectIdentity = obj
@@ -210,14 +210,7 @@ pub fn normalize(kind: &'static JobKind, obj: &Value) -> Result<Job, InvalidJob>
             .map_err(|e| InvalidJob::Malformed(format!("runPolicy: {e}")))?,
         _ => RunPolicy::default(),
     };
-    let status: StatusIn = obj
-        .get("status")
-        .and_then(|s| serde_json::from_value(s.clone()).ok())
-        .unwrap_or_default();
-    let finished = status
-        .conditions
-        .iter()
-        .any(|c| (c.type_ == "Succeeded" || c.type_ == "Failed") && c.status == "True");
+    let finished = finished(obj.get("status"));
 
     let replicas = normalize_replicas(kind, spec.get(kind.replica_specs_field))?;
 

@@ -18,6 +18,7 @@ pub mod enablement;
 pub mod events;
 pub mod explain;
 pub mod gang;
+pub mod health;
 pub mod http;
 pub mod job;
 pub mod kinds;

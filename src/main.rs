@@ -14,7 +14,7 @@ use podgroup_sync::backend::{BackendKind, BackendOptions};
 use podgroup_sync::controller::{self, Readiness, RuntimeSettings, Signals};
 use podgroup_sync::enablement::{Enablement, Mode};
 use podgroup_sync::events::Events;
-use podgroup_sync::explain::explain;
+use podgroup_sync::explain::{Surroundings, cluster, compare, explain_job, surroundings};
 use podgroup_sync::http::{self, Health};
 use podgroup_sync::leader::{self, LeaseConfig};
 use podgroup_sync::liveness::InFlight;
@@ -38,7 +38,8 @@ struct Cli {
 enum Command {
     /// Run the controller against the cluster of the current kubeconfig or service account (the default).
     Run(Box<RunArgs>),
-    /// Print the PodGroup a job manifest would get, and why, without a cluster.
+    /// Print the PodGroup a job would get, and why: offline from manifests, with a cluster's
+    /// context (--kubeconfig), or for a job in the cluster compared with its PodGroup (--job).
     Explain(ExplainArgs),
 }
 
@@ -132,6 +133,8 @@ struct RunArgs {
     )]
     gang_wait_warning_seconds: u64,
     #[command(flatten)]
+    health: HealthArgs,
+    #[command(flatten)]
     backend: BackendArgs,
     /// Jobs reconciled at once.
     #[arg(long, env = "PODGROUP_SYNC_CONCURRENCY", default_value_t = 16)]
@@ -165,6 +168,29 @@ struct RunArgs {
     /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then the in-cluster service account).
     #[arg(long, env = "PODGROUP_SYNC_KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
+}
+
+#[derive(Args, Debug, Clone)]
+struct HealthArgs {
+    /// Seconds a gang that ran whole (minMember pods running) may have fewer pods running before
+    /// a GangBroken Event on the job (scheduler-plugins and Volcano; the native PodGroup status
+    /// counts no pods).
+    #[arg(long, env = "PODGROUP_SYNC_GANG_BROKEN_SECONDS", default_value_t = 300)]
+    gang_broken_seconds: u64,
+    /// Seconds between audits of every PodGroup for stale ones (a job gone or finished): ours
+    /// are deleted, others reported with a StalePodGroup Event. 0 turns the audit off.
+    #[arg(
+        long,
+        env = "PODGROUP_SYNC_AUDIT_INTERVAL_SECONDS",
+        default_value_t = 300
+    )]
+    audit_interval_seconds: u64,
+    /// Report gangs that can never be placed: a pod that fits no schedulable node, minResources
+    /// above all schedulable nodes together (GangInfeasible), a Volcano queue that does not exist
+    /// or is not Open (QueueUnavailable). Watches Nodes and Queues (needs list/watch on them);
+    /// never blocks a PodGroup.
+    #[arg(long, env = "PODGROUP_SYNC_GANG_FEASIBILITY")]
+    gang_feasibility: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -249,9 +275,23 @@ struct WebhookArgs {
 
 #[derive(Args, Debug)]
 struct ExplainArgs {
-    /// The job manifest (YAML or JSON); "-" reads standard input.
-    #[arg(short = 'f', long = "filename")]
-    file: PathBuf,
+    /// Manifests (YAML or JSON, several documents each; "-" reads standard input): one job, and
+    /// optionally the PriorityClasses, LimitRanges, RuntimeClasses, Nodes and Namespace around
+    /// it. Repeatable.
+    #[arg(short = 'f', long = "filename", required_unless_present = "job")]
+    files: Vec<PathBuf>,
+    /// Read the PriorityClasses, LimitRanges, RuntimeClasses, the Namespace and (if allowed) the
+    /// Nodes from this cluster instead of assuming none.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Explain a job in the cluster (NAMESPACE/NAME, any managed kind) and compare the PodGroup
+    /// podgroup-sync would apply with the one the cluster holds (uses --kubeconfig, else
+    /// $KUBECONFIG or ~/.kube/config).
+    #[arg(long, value_name = "NAMESPACE/NAME", conflicts_with = "files")]
+    job: Option<String>,
+    /// The enablement annotation key the controller runs with (for --job).
+    #[arg(long, default_value = "podgroup-sync.io/enabled")]
+    annotation_key: String,
     /// Backend to explain for (default: chosen as the controller would, without a cluster).
     #[arg(long, value_enum)]
     backend: Option<BackendKind>,
@@ -286,20 +326,42 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+fn read_manifests(files: &[PathBuf]) -> Result<Vec<String>, String> {
+    files
+        .iter()
+        .map(|f| {
+            if f.as_os_str() == "-" {
+                std::io::read_to_string(std::io::stdin())
+            } else {
+                std::fs::read_to_string(f)
+            }
+            .map_err(|e| format!("{}: {e}", f.display()))
+        })
+        .collect()
+}
+
 fn run_explain(args: ExplainArgs) -> std::process::ExitCode {
-    let manifest = if args.file.as_os_str() == "-" {
-        std::io::read_to_string(std::io::stdin())
+    let result = if args.kubeconfig.is_some() || args.job.is_some() {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("tokio runtime")
+            .block_on(explain_with_cluster(&args))
     } else {
-        std::fs::read_to_string(&args.file)
+        read_manifests(&args.files).and_then(|texts| {
+            let (job, around) = surroundings::read(&texts).map_err(|e| e.to_string())?;
+            explain_job(
+                &job,
+                &around,
+                args.backend,
+                None,
+                &args.backend_args.options(),
+            )
+            .map(|e| e.text)
+            .map_err(|e| e.to_string())
+        })
     };
-    let manifest = match manifest {
-        Ok(m) => m,
-        Err(e) => {
-            eprintln!("podgroup-sync explain: {}: {e}", args.file.display());
-            return std::process::ExitCode::from(2);
-        }
-    };
-    match explain(&manifest, args.backend, &args.backend_args.options()) {
+    match result {
         Ok(out) => {
             print!("{out}");
             std::process::ExitCode::SUCCESS
@@ -309,6 +371,63 @@ fn run_explain(args: ExplainArgs) -> std::process::ExitCode {
             std::process::ExitCode::from(1)
         }
     }
+}
+
+/// `explain --kubeconfig` / `--job`: the cluster's context, and for `--job` the comparison.
+async fn explain_with_cluster(args: &ExplainArgs) -> Result<String, String> {
+    let client = client(args.kubeconfig.as_ref())
+        .await
+        .map_err(|e| format!("cannot reach the cluster: {e}"))?;
+    let opts = args.backend_args.options();
+    let (job, given) = match &args.job {
+        Some(nn) => {
+            let (ns, name) = nn
+                .split_once('/')
+                .ok_or_else(|| format!("--job {nn}: expected NAMESPACE/NAME"))?;
+            let job = cluster::find_job(&client, ns, name)
+                .await
+                .map_err(|e| e.to_string())?;
+            (job, Surroundings::default())
+        }
+        None => {
+            let texts = read_manifests(&args.files)?;
+            surroundings::read(&texts).map_err(|e| e.to_string())?
+        }
+    };
+    let namespace = job
+        .pointer("/metadata/namespace")
+        .and_then(|v| v.as_str())
+        .unwrap_or("default")
+        .to_string();
+    let mut around = cluster::surroundings(&client, &namespace)
+        .await
+        .map_err(|e| e.to_string())?;
+    around.add_given(given);
+    let explained =
+        explain_job(&job, &around, args.backend, None, &opts).map_err(|e| e.to_string())?;
+    if args.job.is_none() {
+        return Ok(explained.text);
+    }
+    let name = explained.object["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let actual = cluster::pod_group(&client, explained.backend, &namespace, &name)
+        .await
+        .map_err(|e| e.to_string())?;
+    // Against an existing PodGroup, its immutable fields (and Volcano queue) stay as they are.
+    let explained = match actual.as_ref().and_then(|a| a.get("spec")) {
+        Some(spec) => explain_job(&job, &around, Some(explained.backend), Some(spec), &opts)
+            .map_err(|e| e.to_string())?,
+        None => explained,
+    };
+    let comparison = compare::compare(
+        &explained,
+        actual.as_ref(),
+        around.namespace_annotations(&namespace),
+        &args.annotation_key,
+    );
+    Ok(format!("{}{comparison}", explained.text))
 }
 
 fn run_controller(args: RunArgs) -> std::process::ExitCode {
@@ -361,6 +480,9 @@ fn settings(args: &RunArgs) -> Settings {
         keep_finished: args.keep_finished,
         gang_wait_warning: Duration::from_secs(args.gang_wait_warning_seconds),
         webhook: args.webhook.serve,
+        gang_broken_after: Duration::from_secs(args.health.gang_broken_seconds),
+        feasibility: args.health.gang_feasibility,
+        audit_interval: Duration::from_secs(args.health.audit_interval_seconds),
     }
 }
 

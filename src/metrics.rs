@@ -40,6 +40,11 @@ pub struct Metrics {
     pub leader: IntGauge,
     pub build_info: IntGaugeVec,
     pub last_reconcile: prometheus::Gauge,
+    pub broken_gangs: IntGaugeVec,
+    pub infeasible_gangs: IntGaugeVec,
+    pub stale_podgroups: IntGaugeVec,
+    pub stale_deleted: IntCounterVec,
+    pub audit_duration: prometheus::Histogram,
 }
 
 impl Default for Metrics {
@@ -211,6 +216,37 @@ impl Metrics {
             )
             .expect("valid metric"),
         );
+        let broken_gangs = gauge_vec(
+            "podgroup_sync_broken_gangs",
+            "Gangs that ran whole and have had fewer than minMember pods running for longer than --gang-broken-seconds (GangBroken), by backend.",
+            &["backend"],
+        );
+        let infeasible_gangs = gauge_vec(
+            "podgroup_sync_infeasible_gangs",
+            "Waiting gangs that cannot be placed (--gang-feasibility), by backend and reason: capacity (a pod fits no schedulable node, or minResources exceed them all) or queue (the Volcano queue does not exist or is not Open).",
+            &["backend", "reason"],
+        );
+        let stale_podgroups = gauge_vec(
+            "podgroup_sync_stale_podgroups",
+            "PodGroups not made by podgroup-sync whose controller job is gone (owner_deleted) or finished (owner_finished), as of the last audit; reported, never deleted.",
+            &["backend", "reason"],
+        );
+        let stale_deleted = counter_vec(
+            "podgroup_sync_stale_podgroups_deleted_total",
+            "PodGroups of podgroup-sync's own that the audit deleted because their job was gone (owner_deleted, no_owner) or finished (owner_finished).",
+            &["backend", "reason"],
+        );
+        let audit_duration = registered(
+            &registry,
+            prometheus::Histogram::with_opts(
+                HistogramOpts::new(
+                    "podgroup_sync_audit_duration_seconds",
+                    "Time one stale-PodGroup audit pass took (from the caches; deletes and Events included).",
+                )
+                .buckets(LATENCY_BUCKETS.to_vec()),
+            )
+            .expect("valid metric"),
+        );
         let m = Metrics {
             registry,
             reconcile_total,
@@ -234,6 +270,11 @@ impl Metrics {
             leader,
             build_info,
             last_reconcile,
+            broken_gangs,
+            infeasible_gangs,
+            stale_podgroups,
+            stale_deleted,
+            audit_duration,
         };
         m.zero_known_series();
         m
@@ -247,6 +288,21 @@ impl Metrics {
                 self.podgroup_writes.with_label_values(&[b.as_str(), op]);
             }
             self.backend_unavailable.with_label_values(&[b.as_str()]);
+            self.broken_gangs.with_label_values(&[b.as_str()]);
+            for r in ["capacity", "queue"] {
+                self.infeasible_gangs.with_label_values(&[b.as_str(), r]);
+            }
+            for r in crate::health::audit::Stale::ALL {
+                self.stale_deleted
+                    .with_label_values(&[b.as_str(), r.as_str()]);
+            }
+            for r in [
+                crate::health::audit::Stale::OwnerDeleted,
+                crate::health::audit::Stale::OwnerFinished,
+            ] {
+                self.stale_podgroups
+                    .with_label_values(&[b.as_str(), r.as_str()]);
+            }
         }
         for k in crate::job::KINDS {
             for r in ["ok", "standby", "invalid", "conflict", "error"] {
@@ -303,6 +359,10 @@ impl Metrics {
         add(self.watch_errors.desc());
         add(self.cache_relists.desc());
         add(self.build_info.desc());
+        add(self.broken_gangs.desc());
+        add(self.infeasible_gangs.desc());
+        add(self.stale_podgroups.desc());
+        add(self.stale_deleted.desc());
         out
     }
 

@@ -20,6 +20,8 @@ use crate::diff::needs_apply;
 use crate::enablement::Mode;
 use crate::events::Reason;
 use crate::gang::{self, Gang, Priorities};
+use crate::health::feasible::{self, Capacity};
+use crate::health::{JobHealth, broken};
 use crate::job::{self, InvalidJob, Job, JobKind};
 use crate::reconcile::{FIELD_MANAGER, ResizePolicy, Settings};
 use crate::resources::AdmissionDefaults;
@@ -59,6 +61,13 @@ pub struct Input<'a> {
     pub unlinked_pods: &'a [(String, bool)],
     pub settings: &'a Settings,
     pub now: Timestamp,
+    /// What this process remembers of the job's gang health (SPEC §10).
+    pub health: Option<&'a JobHealth>,
+    /// The schedulable capacity of the cluster (`None` with the feasibility check off).
+    pub capacity: Option<&'a Capacity>,
+    /// Every Volcano queue and its state (`None` unless the feasibility check is on and the
+    /// Queue cache has synced).
+    pub queues: Option<&'a BTreeMap<String, String>>,
 }
 
 /// How a reconcile ended.
@@ -161,6 +170,10 @@ pub struct Plan {
     pub valid: bool,
     pub phase: Option<SeenPhase>,
     pub outcome: Outcome,
+    /// The gang health to remember for the job (`None`: forget it).
+    pub health: Option<JobHealth>,
+    /// Event reasons that are news again (a condition cleared).
+    pub forget: Vec<Reason>,
 }
 
 impl Plan {
@@ -173,6 +186,8 @@ impl Plan {
             valid: false,
             phase: None,
             outcome,
+            health: None,
+            forget: Vec::new(),
         }
     }
 
@@ -190,6 +205,13 @@ impl Plan {
         let mut plan = Plan::new(Outcome::Invalid);
         plan.add_invalid(invalid);
         plan
+    }
+
+    /// A reported problem (`warning`) is gone: a Normal `GangFeasible` says so, and the
+    /// Warning is news again if it recurs.
+    fn cleared(&mut self, warning: Reason, note: String) {
+        self.events.push((Reason::GangFeasible, note));
+        self.forget.push(warning);
     }
 
     pub fn add_invalid(&mut self, invalid: &InvalidJob) {
@@ -399,6 +421,12 @@ fn plan_pod_group(
     let existing_spec = existing.as_ref().and_then(|pg| pg.data.get("spec"));
     let freeze = existing.is_some() && input.settings.resize != ResizePolicy::Always;
     let desired = backend::desired_object(backend, job, gang, name, existing_spec, freeze, opts);
+    let running = existing
+        .as_ref()
+        .is_some_and(|pg| backend.phase(pg.data.get("status")) == Phase::Running);
+    if mode == Mode::Manage && !running {
+        plan = feasibility(input, plan, job, gang, backend_kind, &desired["spec"]);
+    }
     let Some(pg) = existing else {
         if mode == Mode::DryRun {
             plan.events.push((
@@ -435,7 +463,7 @@ fn plan_pod_group(
             }
         }
     }
-    status(input, plan, backend_kind, &pg)
+    status(input, plan, backend_kind, &pg, gang.min_member)
 }
 
 /// Adds the write, unless the API server refused this very object for the job before: then the
@@ -492,12 +520,108 @@ fn conflict(
     plan
 }
 
+/// Whether the gang can be placed at all (SPEC §10): a pod that fits no schedulable node,
+/// minResources above them all, a Volcano queue that cannot take it. Reported, never blocking;
+/// a gang reported before and fine now is reported as feasible again.
+fn feasibility(
+    input: &Input,
+    mut plan: Plan,
+    job: &Job,
+    gang: &Gang,
+    backend_kind: BackendKind,
+    spec: &Value,
+) -> Plan {
+    let mut health = plan_health(input, &plan, backend_kind);
+    if let Some(capacity) = input.capacity {
+        let problems = feasible::problems(job, gang, capacity);
+        if !problems.is_empty() {
+            plan.events.push((
+                Reason::GangInfeasible,
+                format!(
+                    "the gang cannot be placed on this cluster's nodes as they are: {}. The PodGroup is kept and waits (node selectors and affinity not considered)",
+                    problems.join("; ")
+                ),
+            ));
+        } else if health.infeasible {
+            plan.cleared(
+                Reason::GangInfeasible,
+                "the gang fits the cluster's schedulable nodes now".into(),
+            );
+        }
+        health.infeasible = !problems.is_empty();
+    }
+    if let (Some(queues), Some(queue)) = (input.queues, backend_kind.backend().queue(spec)) {
+        let problem = feasible::queue_problem(queue, queues);
+        if let Some(p) = &problem {
+            plan.events.push((Reason::QueueUnavailable, p.clone()));
+        } else if health.queue_unavailable {
+            plan.cleared(
+                Reason::QueueUnavailable,
+                format!("Volcano queue {queue:?} is Open"),
+            );
+        }
+        health.queue_unavailable = problem.is_some();
+    }
+    plan.health = Some(health);
+    plan
+}
+
+/// The health the plan carries so far, else what was remembered (for this backend).
+fn plan_health(input: &Input, plan: &Plan, backend_kind: BackendKind) -> JobHealth {
+    plan.health
+        .clone()
+        .or_else(|| input.health.cloned())
+        .filter(|h| h.backend == Some(backend_kind))
+        .unwrap_or_else(|| JobHealth {
+            backend: Some(backend_kind),
+            ..JobHealth::default()
+        })
+}
+
+/// A gang that ran whole and lost pods (SPEC §10), from the PodGroup's status.
+fn broken_gang(
+    input: &Input,
+    mut plan: Plan,
+    backend_kind: BackendKind,
+    pg: &DynamicObject,
+    min_member: u32,
+) -> Plan {
+    let mut health = plan_health(input, &plan, backend_kind);
+    let look = broken::look(
+        Some(&health.gang),
+        (&pg.uid().unwrap_or_default(), &pg.name_any()),
+        backend_kind.backend().running_pods(pg.data.get("status")),
+        min_member,
+        input.now,
+        input.settings.gang_broken_after,
+    );
+    if let Some((reason, note)) = look.event {
+        if reason == Reason::GangRecovered {
+            plan.forget.push(Reason::GangBroken);
+        }
+        plan.events.push((reason, note));
+    }
+    if let (Some(d), Outcome::Done) = (look.again_in, plan.outcome) {
+        plan.outcome = Outcome::RequeueAfter(d);
+    }
+    health.gang = look.memory;
+    plan.health = Some(health);
+    plan
+}
+
 /// Mirrors why the scheduler holds a gang back as Events, and asks to look again while it waits
 /// (SPEC §5).
-fn status(input: &Input, mut plan: Plan, backend_kind: BackendKind, pg: &DynamicObject) -> Plan {
+fn status(
+    input: &Input,
+    mut plan: Plan,
+    backend_kind: BackendKind,
+    pg: &DynamicObject,
+    min_member: u32,
+) -> Plan {
     let backend = backend_kind.backend();
     let status = pg.data.get("status");
     let phase = backend.phase(status);
+    plan = broken_gang(input, plan, backend_kind, pg, min_member);
     let age = pg
         .metadata
         .creation_timestamp
@@ -607,6 +731,9 @@ mod tests {
             resize: ResizePolicy::Always,
             keep_finished: false,
             gang_wait_warning: Duration::from_secs(300),
+            gang_broken_after: Duration::from_secs(60),
+            feasibility: false,
+            audit_interval: Duration::ZERO,
             webhook: false,
         }
     }
@@ -677,6 +804,9 @@ mod tests {
             unlinked_pods,
             settings: s,
             now: "2026-12-01T00:10:00Z".parse().unwrap(),
+            health: None,
+            capacity: None,
+            queues: None,
         })
     }
 
@@ -1346,5 +1476,150 @@ mod tests {
             .find(|(r, _)| *r == Reason::GangUnschedulable)
             .expect("GangUnschedulable");
         assert!(message.contains("0/3 nodes are available"), "{message}");
+    }
+
+    /// Plans a managed `job` with gang-health inputs.
+    fn plan_health(
+        job: &Value,
+        pgs: &Cached,
+        health: Option<&JobHealth>,
+        capacity: Option<&Capacity>,
+        queues: Option<&BTreeMap<String, String>>,
+    ) -> Plan {
+        let obj: DynamicObject = serde_json::from_value(job.clone()).unwrap();
+        let s = settings();
+        let ns = annotations("true");
+        plan(&Input {
+            kind: JobKind::lookup("kubeflow.org/v1", "PyTorchJob").unwrap(),
+            job: &obj,
+            leading: true,
+            namespace_annotations: Some(&ns),
+            priorities: &Priorities::default(),
+            defaults: &Ok(AdmissionDefaults::default()),
+            pod_groups: pgs,
+            refused: None,
+            unlinked_pods: &[],
+            settings: &s,
+            now: "2026-12-01T00:10:00Z".parse().unwrap(),
+            health,
+            capacity,
+            queues,
+        })
+    }
+
+    fn cpu_node(cpu: &str) -> Capacity {
+        let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(
+            json!({"metadata": {"name": "n"}, "status": {"allocatable": {"cpu": cpu}}}),
+        )
+        .unwrap();
+        Capacity::from_nodes([&node])
+    }
+
+    #[test]
+    fn rule_10_an_infeasible_gang_is_reported_still_created_and_cleared_when_it_fits() {
+        let p = plan_health(
+            &job(3),
+            &Cached::serving_both(),
+            None,
+            Some(&cpu_node("2")),
+            None,
+        );
+        assert_eq!(reasons(&p), [Reason::GangInfeasible]);
+        assert!(
+            p.events[0]
+                .1
+                .contains("minResources cpu=3 exceeds the 2 allocatable"),
+            "{:?}",
+            p.events
+        );
+        assert_eq!(
+            p.write.as_ref().map(|w| w.op),
+            Some(Op::Create),
+            "never blocks"
+        );
+        let remembered = p.health.clone().unwrap();
+        assert!(remembered.infeasible);
+        let p = plan_health(
+            &job(3),
+            &Cached::serving_both(),
+            Some(&remembered),
+            Some(&cpu_node("4")),
+            None,
+        );
+        assert_eq!(reasons(&p), [Reason::GangFeasible]);
+        assert_eq!(p.forget, [Reason::GangInfeasible]);
+        assert!(!p.health.unwrap().infeasible);
+        // A running gang is not judged.
+        let (_, running) = created(&job(3));
+        let p = plan_health(&job(3), &running, None, Some(&cpu_node("1")), None);
+        assert!(reasons(&p).is_empty(), "{:?}", p.events);
+    }
+
+    #[test]
+    fn rule_10_a_volcano_queue_that_cannot_take_the_gang_is_reported() {
+        let mut j = job(2);
+        j["metadata"]["annotations"] = json!({"podgroup-sync.io/backend": "volcano", "scheduling.volcano.sh/queue-name": "team"});
+        let closed: BTreeMap<String, String> = [("team".into(), "Closed".into())].into();
+        let p = plan_health(&j, &Cached::serving_both(), None, None, Some(&closed));
+        // The templates carry the coscheduling label, not Volcano's: MissingPodGroupLink too.
+        assert_eq!(
+            reasons(&p),
+            [Reason::MissingPodGroupLink, Reason::QueueUnavailable]
+        );
+        assert!(
+            p.events[1].1.contains("\"team\" is Closed"),
+            "{:?}",
+            p.events
+        );
+        let open: BTreeMap<String, String> = [("team".into(), "Open".into())].into();
+        let p = plan_health(
+            &j,
+            &Cached::serving_both(),
+            p.health.as_ref(),
+            None,
+            Some(&open),
+        );
+        assert_eq!(
+            reasons(&p),
+            [Reason::MissingPodGroupLink, Reason::GangFeasible]
+        );
+    }
+
+    #[test]
+    fn rule_10_a_gang_that_ran_whole_and_runs_short_is_broken_after_the_threshold() {
+        let j = job(3);
+        let w = managed(&j, &Cached::serving_both()).write.unwrap();
+        let with = |status: Value| Cached::serving_both().with(w.backend, stored(&w, status));
+        let whole = plan_health(
+            &j,
+            &with(json!({"phase": "Running", "running": 3})),
+            None,
+            None,
+            None,
+        );
+        let h = whole.health.unwrap();
+        assert!(h.gang.ran && whole.events.is_empty());
+        let short = with(json!({"phase": "Running", "running": 2}));
+        let p = plan_health(&j, &short, Some(&h), None, None);
+        assert!(reasons(&p).is_empty());
+        assert_eq!(p.outcome, Outcome::RequeueAfter(Duration::from_secs(61)));
+        let mut h = p.health.unwrap();
+        h.gang.short_since = Some("2026-12-01T00:08:00Z".parse().unwrap());
+        let p = plan_health(&j, &short, Some(&h), None, None);
+        assert_eq!(reasons(&p), [Reason::GangBroken]);
+        assert!(
+            p.events[0].1.contains("only 2 of minMember 3 pods"),
+            "{:?}",
+            p.events
+        );
+        let p = plan_health(
+            &j,
+            &with(json!({"phase": "Running", "running": 3})),
+            p.health.as_ref(),
+            None,
+            None,
+        );
+        assert_eq!(reasons(&p), [Reason::GangRecovered]);
+        assert_eq!(p.forget, [Reason::GangBroken]);
     }
 }

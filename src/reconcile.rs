@@ -19,10 +19,11 @@ use kube::{Api, Client, Resource, ResourceExt, api::DynamicObject};
 use serde_json::Value;
 use tracing::{debug, info, warn};
 
-use crate::backend::{BackendOptions, Phase};
+use crate::backend::{BackendKind, BackendOptions, Phase};
 use crate::caches::Caches;
 use crate::enablement::Enablement;
 use crate::events::{EventError, Events, Reason};
+use crate::health::JobHealth;
 use crate::job::{InvalidJob, JobKind};
 use crate::liveness::InFlight;
 use crate::metrics::Metrics;
@@ -56,6 +57,12 @@ pub struct Settings {
     pub gang_wait_warning: Duration,
     /// The pod-link webhook links pods (SPEC §8): templates without links are expected.
     pub webhook: bool,
+    /// How long a gang that ran whole may run short of minMember pods before `GangBroken`.
+    pub gang_broken_after: Duration,
+    /// Report gangs no schedulable node or queue can take (SPEC §10; watches Nodes and Queues).
+    pub feasibility: bool,
+    /// Seconds between stale-PodGroup audits (zero: no audit).
+    pub audit_interval: Duration,
 }
 
 /// Shared by every job kind's controller.
@@ -73,6 +80,8 @@ pub struct Context {
     /// PodGroups this process saw waiting (not Running): the gang wait is measured for these
     /// only, so a restart does not record every running gang with its whole age.
     waiting_seen: Mutex<std::collections::HashSet<String>>,
+    /// Gang health per job UID (SPEC §10): what a PodGroup's status does not remember.
+    health: Mutex<HashMap<String, JobHealth>>,
     /// False on a standby replica: it computes nothing and writes nothing.
     pub leading: tokio::sync::watch::Receiver<bool>,
     pub in_flight: Arc<InFlight>,
@@ -136,6 +145,7 @@ impl Context {
             failures: Mutex::new(HashMap::new()),
             refused: Mutex::new(HashMap::new()),
             waiting_seen: Mutex::new(Default::default()),
+            health: Mutex::new(HashMap::new()),
             leading,
         }
     }
@@ -159,6 +169,41 @@ impl Context {
     fn refusal(&self, uid: &str) -> Option<(Value, String)> {
         self.refused.lock().expect("lock").get(uid).cloned()
     }
+    /// Keeps (or forgets) what the plan says to remember of a job's gang health.
+    fn remember_health(&self, uid: &str, health: Option<JobHealth>) {
+        let mut map = self.health.lock().expect("lock");
+        match health {
+            Some(h) if !h.is_blank() => {
+                map.insert(uid.to_string(), h);
+            }
+            _ => {
+                map.remove(uid);
+            }
+        }
+    }
+
+    /// Gangs reported broken, infeasible or without their queue, by backend; entries of jobs
+    /// no longer cached are dropped first.
+    pub fn health_counts(&self) -> HashMap<(BackendKind, &'static str), i64> {
+        let mut counts = HashMap::new();
+        let mut map = self.health.lock().expect("lock");
+        // A deleted job is not reconciled again; its PodGroups go with it.
+        map.retain(|uid, _| !self.caches.owned.owned_by(uid).is_empty());
+        for h in map.values() {
+            let Some(b) = h.backend else { continue };
+            for (on, what) in [
+                (h.gang.broken, "broken"),
+                (h.infeasible, "infeasible"),
+                (h.queue_unavailable, "queue_unavailable"),
+            ] {
+                if on {
+                    *counts.entry((b, what)).or_default() += 1;
+                }
+            }
+        }
+        counts
+    }
+
     /// Measures the gang wait of a PodGroup this process saw waiting, once it runs; a restart
     /// does not record every running gang with its whole age.
     fn saw_phase(&self, seen: &SeenPhase) {
@@ -222,6 +267,14 @@ fn plan_for(obj: &DynamicObject, ctx: &Context, kind: &'static JobKind) -> Plan 
     let priorities = ctx.caches.priorities();
     let defaults = ctx.caches.admission_defaults(&namespace);
     let refused = ctx.refusal(&obj.uid().unwrap_or_default());
+    let health = ctx
+        .health
+        .lock()
+        .expect("lock")
+        .get(&obj.uid().unwrap_or_default())
+        .cloned();
+    let capacity = ctx.caches.capacity.as_ref().map(|c| c.capacity());
+    let queues = ctx.caches.capacity.as_ref().and_then(|c| c.queue_states());
     let unlinked = if ctx.settings.webhook {
         ctx.caches.unlinked.of(&namespace, kind, &obj.name_any())
     } else {
@@ -239,6 +292,9 @@ fn plan_for(obj: &DynamicObject, ctx: &Context, kind: &'static JobKind) -> Plan 
         unlinked_pods: &unlinked,
         settings: &ctx.settings,
         now: Timestamp::now(),
+        health: health.as_ref(),
+        capacity: capacity.as_deref(),
+        queues: queues.as_deref(),
     })
 }
 
@@ -292,6 +348,10 @@ async fn execute(
     if plan.valid {
         ctx.events.forget(&uid, &[Reason::InvalidSpec]);
     }
+    if !plan.forget.is_empty() {
+        ctx.events.forget(&uid, &plan.forget);
+    }
+    ctx.remember_health(&uid, plan.health.take());
     if let Some(seen) = &plan.phase {
         ctx.saw_phase(seen);
     }
@@ -389,7 +449,11 @@ async fn apply(ctx: &Context, namespace: &str, write: &Write) -> Result<(), Erro
 
 /// Deletes one PodGroup with its UID as a precondition, so a PodGroup recreated meanwhile (for a
 /// new job of the same name) is never hit.
-async fn delete_pod_group(ctx: &Context, namespace: &str, delete: &Delete) -> Result<(), Error> {
+pub(crate) async fn delete_pod_group(
+    ctx: &Context,
+    namespace: &str,
+    delete: &Delete,
+) -> Result<(), Error> {
     let backend = delete.backend;
     let api: Api<DynamicObject> = Api::namespaced_with(
         ctx.client.clone(),

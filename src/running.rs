@@ -25,6 +25,9 @@ use crate::reconcile::{self, Context};
 use crate::trigger::{Trigger, job_refs};
 use crate::watch::{LAST_APPLIED, WatchBackoff, settled_objects, spawn_pod_group_cache};
 
+/// The liveness name of the Volcano Queue watch.
+const QUEUES: &str = "queues.scheduling.volcano.sh";
+
 /// How long a SIGTERM waits for in-flight reconciles.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 
@@ -42,6 +45,8 @@ pub struct Running {
     kinds: BTreeMap<(&'static str, &'static str), JoinHandle<()>>,
     /// Whether a discovery was applied before (what is absent is logged once, at the first).
     applied_once: bool,
+    /// The Volcano Queue cache of the feasibility check, while Volcano is served.
+    queues: Option<JoinHandle<()>>,
 }
 
 impl Running {
@@ -68,6 +73,7 @@ impl Running {
             backends: BTreeMap::new(),
             kinds: BTreeMap::new(),
             applied_once: false,
+            queues: None,
         }
     }
 
@@ -161,11 +167,22 @@ impl Running {
             .insert(b, store);
         self.backends.insert(b, h);
         info!(backend = %b, "PodGroup CRD served; watching PodGroups");
+        if let (BackendKind::Volcano, Some(c)) = (b, &self.caches.capacity) {
+            let probe = self.liveness.probe(QUEUES);
+            self.queues = Some(c.spawn_queues(&self.client, probe, self.metrics.clone()));
+        }
         let _ = self.triggers.send(Trigger::All);
         true
     }
 
     fn stop_backend(&mut self, b: BackendKind) {
+        if let (BackendKind::Volcano, Some(c)) = (b, &self.caches.capacity) {
+            c.stop_queues();
+            self.liveness.retire(QUEUES);
+            if let Some(h) = self.queues.take() {
+                h.abort();
+            }
+        }
         self.caches.pod_groups.write().expect("lock").remove(&b);
         self.liveness.retire(&backend_resource(b));
         if let Some(h) = self.backends.remove(&b) {
@@ -223,7 +240,7 @@ impl Running {
                 h.abort();
             }
         }
-        for h in self.backends.into_values().chain(others) {
+        for h in self.backends.into_values().chain(others).chain(self.queues) {
             h.abort();
         }
     }

@@ -180,7 +180,10 @@ fn rules_of(doc: &Value) -> Vec<PolicyRule> {
 
 /// The ClusterRole's permissions, exactly (SPEC §6; README "Permissions"); `webhook`: with the
 /// pod-link webhook on.
-fn expected_cluster_triples(webhook: bool) -> BTreeSet<(String, String, String)> {
+fn expected_cluster_triples(
+    webhook: bool,
+    feasibility: bool,
+) -> BTreeSet<(String, String, String)> {
     let mut want = BTreeSet::new();
     let mut add = |group: &str, resources: &[&str], verbs: &[&str]| {
         for r in resources {
@@ -194,7 +197,7 @@ fn expected_cluster_triples(webhook: bool) -> BTreeSet<(String, String, String)>
     add(
         "kubeflow.org",
         &plurals.into_iter().collect::<Vec<_>>(),
-        &["list", "watch"],
+        &["get", "list", "watch"],
     );
     add("", &["namespaces", "limitranges"], &["list", "watch"]);
     add(
@@ -210,6 +213,10 @@ fn expected_cluster_triples(webhook: bool) -> BTreeSet<(String, String, String)>
     add("events.k8s.io", &["events"], &["list", "create"]);
     if webhook {
         add("", &["pods"], &["list", "watch"]);
+    }
+    if feasibility {
+        add("", &["nodes"], &["list", "watch"]);
+        add("scheduling.volcano.sh", &["queues"], &["list", "watch"]);
     }
     want
 }
@@ -273,7 +280,10 @@ fn check_invariants(name: &str, r: &Rendered, flags: &BTreeSet<String>) {
         let got = triples(&rules_of(r.one("ClusterRole")));
         assert_eq!(
             got,
-            expected_cluster_triples(r.has("MutatingWebhookConfiguration")),
+            expected_cluster_triples(
+                r.has("MutatingWebhookConfiguration"),
+                r.has_arg("--gang-feasibility")
+            ),
             "{name}: ClusterRole rules"
         );
         assert!(!got.iter().any(|(_, res, v)| {
@@ -326,6 +336,9 @@ controller:
   defaultBackend: volcano
   defaultMode: dry-run
   resize: while-suspended
+  gangBrokenSeconds: 120
+  auditIntervalSeconds: 0
+  gangFeasibility: true
 replicas: 2
 leaderElection:
   leaseName: pgs-leader
@@ -507,6 +520,9 @@ fn lint_and_template_pass_for_every_supported_value_set() {
                     "--leader-elect-lease-duration-seconds=20",
                     "--leader-elect-renew-deadline-seconds=12",
                     "--leader-elect-retry-period-seconds=2",
+                    "--gang-broken-seconds=120",
+                    "--audit-interval-seconds=0",
+                    "--gang-feasibility",
                 ] {
                     assert!(r.has_arg(arg), "{name}: {arg} in {:?}", r.args());
                 }

@@ -75,6 +75,7 @@ for_each_backend!(
     e_competing_jobs_one_runs_whole_the_other_waits_whole,
     f_a_finished_job_loses_its_pod_group,
     g_xgboostjob_run_by_training_operator_is_one_gang,
+    h_a_gang_that_loses_a_node_is_broken_then_recovers,
 );
 
 /// A gang of `pods` pods needing `gpus` GPUs, created on too few one-GPU nodes: its PodGroup says
@@ -366,5 +367,68 @@ async fn g_xgboostjob_run_by_training_operator_is_one_gang(backend: Backend) {
         json!({}),
     );
     waits_whole_then_runs_whole(&mut s, backend, Kind::XGBoostJob, &job, &manifest, 3, "3").await;
+    s.cleanup().await;
+}
+
+/// (h) A gang that ran whole loses a worker with its node (cordoned, the pod deleted): the
+/// operator recreates the pod, which finds no room, so fewer than minMember pods run; past --gang-broken-seconds (3 s here) the job
+/// gets GangBroken. A new node takes the replacement, the gang is whole again: GangRecovered.
+async fn h_a_gang_that_loses_a_node_is_broken_then_recovers(backend: Backend) {
+    let _turn = exclusive().await;
+    let mut s = Scope::new(&format!("e2e-h-{}", tag(backend)), true).await;
+    for _ in 0..3 {
+        s.add_node(1).await;
+    }
+    let ns = s.ns.clone();
+    let job = format!("pt-{}", s.id);
+    let mut manifest = pytorch(
+        Link::Gang(backend),
+        &job,
+        s.pool(),
+        replicas("Master", 1, 1),
+        replicas("Worker", 2, 1),
+    );
+    // training-operator counts a deleted pod as failed: with Never the job fails, with
+    // OnFailure it is Restarting and the pod is recreated.
+    manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["restartPolicy"] = json!("OnFailure");
+    s.create(&ns, Kind::PyTorchJob, &manifest).await;
+    let running = s.wait_all_running(&ns, &job, 3).await;
+    s.wait_pg(&ns, backend, &job, "3 pods running", |pg| {
+        pg.data.pointer("/status/running") == Some(&json!(3))
+    })
+    .await;
+    let worker = running
+        .iter()
+        .find(|p| {
+            p.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.contains("worker"))
+        })
+        .expect("a worker pod");
+    let node = worker
+        .spec
+        .as_ref()
+        .and_then(|sp| sp.node_name.clone())
+        .expect("bound");
+    let pod = worker.metadata.name.clone().unwrap_or_default();
+    s.lose_node(&node, &pod).await;
+    let note = s.wait_event(&ns, &job, "GangBroken").await;
+    eprintln!("[{ns}] {note}");
+    assert!(
+        note.contains("only 2 of minMember 3 pods"),
+        "{note}\n{}",
+        s.diagnostics()
+    );
+    assert!(
+        jobs::events(&s.client, &ns, &job, "GangRecovered")
+            .await
+            .is_empty(),
+        "not whole yet"
+    );
+    s.add_node(1).await;
+    s.wait_all_running(&ns, &job, 3).await;
+    let note = s.wait_event(&ns, &job, "GangRecovered").await;
+    eprintln!("[{ns}] {note}");
     s.cleanup().await;
 }

@@ -132,6 +132,12 @@ fn histograms() -> BTreeSet<String> {
                 .into_iter()
                 .map(|d| d.fq_name.clone()),
         )
+        .chain(
+            m.audit_duration
+                .desc()
+                .into_iter()
+                .map(|d| d.fq_name.clone()),
+        )
         .collect()
 }
 

@@ -143,6 +143,12 @@ impl PodGroupBackend for Kubernetes {
         }
     }
 
+    /// The native status counts no pods (and its condition never returns to False): a
+    /// broken gang cannot be told from it.
+    fn running_pods(&self, _status: Option<&Value>) -> Option<u32> {
+        None
+    }
+
     fn unschedulable(&self, status: Option<&Value>) -> Option<(String, String)> {
         let c = initially_scheduled(status)?;
         (c.status == "False").then(|| {

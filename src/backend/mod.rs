@@ -243,6 +243,23 @@ pub trait PodGroupBackend: Sync {
         None
     }
 
+    /// Pods of the gang the status counts as running or succeeded (SPEC §10 broken gangs);
+    /// `None` when the status has no such count.
+    fn running_pods(&self, status: Option<&Value>) -> Option<u32> {
+        let count = |field: &str| {
+            status
+                .and_then(|s| s.get(field))
+                .and_then(Value::as_u64)
+                .unwrap_or(0)
+        };
+        Some(u32::try_from(count("running") + count("succeeded")).unwrap_or(u32::MAX))
+    }
+
+    /// The queue a PodGroup spec names, for backends that have queues.
+    fn queue<'a>(&self, _spec: &'a Value) -> Option<&'a str> {
+        None
+    }
+
     /// The longest PodGroup name pods can link to (a label value holds at most 63 characters).
     fn max_name_len(&self) -> usize {
         253

@@ -173,6 +173,10 @@ impl PodGroupBackend for Volcano {
         }
     }
 
+    fn queue<'a>(&self, spec: &'a Value) -> Option<&'a str> {
+        spec.get("queue").and_then(Value::as_str)
+    }
+
     fn unschedulable(&self, status: Option<&Value>) -> Option<(String, String)> {
         let conditions = status?.get("conditions")?.as_array()?;
         conditions.iter().find_map(|c| {

@@ -416,6 +416,9 @@ mod tests {
             resize: ResizePolicy::Always,
             keep_finished: false,
             gang_wait_warning: Duration::from_secs(120),
+            gang_broken_after: Duration::from_secs(60),
+            feasibility: false,
+            audit_interval: Duration::ZERO,
             webhook: true,
         }
     }

@@ -13,7 +13,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
-use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
@@ -85,6 +85,8 @@ fn init(cluster: &'static Cluster) -> Result<Env, String> {
     args.extend(
         [
             "--gang-wait-warning-seconds",
+            "3",
+            "--gang-broken-seconds",
             "3",
             "--link-coscheduling-scheduler-name=",
         ]
@@ -439,6 +441,21 @@ impl Scope {
 
     pub fn diagnostics(&self) -> String {
         self.env.diagnostics(&self.ns)
+    }
+
+    /// A node of this scope is lost to the gang: cordoned, and the pod on it deleted at once
+    /// (as a node drain or failure does), so the operator's replacement finds no room there.
+    pub async fn lose_node(&mut self, node: &str, pod: &str) {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let cordon = json!({"spec": {"unschedulable": true}});
+        nodes
+            .patch(node, &PatchParams::default(), &Patch::Merge(&cordon))
+            .await
+            .unwrap_or_else(|e| panic!("cordon node {node}: {e}"));
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.ns);
+        pods.delete(pod, &DeleteParams::background().grace_period(0))
+            .await
+            .unwrap_or_else(|e| panic!("delete pod {pod}: {e}"));
     }
 
     /// Deletes the namespace, waits until its pods are gone (so nothing keeps reserving GPUs or

@@ -211,7 +211,7 @@ fn cluster_dir() -> PathBuf {
 fn init_cluster() -> Result<Cluster, String> {
     match std::env::var_os("PGS_KUBECONFIG").filter(|v| !v.is_empty()) {
         Some(kubeconfig) => reuse_cluster(PathBuf::from(kubeconfig)),
-        None => start_cluster(),
+        None => start_cluster(&[]),
     }
 }
 
@@ -256,7 +256,13 @@ fn reuse_cluster(kubeconfig: PathBuf) -> Result<Cluster, String> {
 /// A control plane of the caller's own (not the shared one), started now: for tests that stop
 /// and kill its processes. Stopped when this test process exits, like the shared one.
 pub fn private_cluster() -> Cluster {
-    start_cluster().unwrap_or_else(|message| panic!("{message}"))
+    private_cluster_with(&[])
+}
+
+/// [`private_cluster`] with start.sh options as environment variables (e.g. `START_KCM=0`: no
+/// kube-controller-manager, so no garbage collector).
+pub fn private_cluster_with(env: &[(&str, &str)]) -> Cluster {
+    start_cluster(env).unwrap_or_else(|message| panic!("{message}"))
 }
 
 /// Stops a control plane started by [`private_cluster`] now (its logs stay).
@@ -272,7 +278,7 @@ pub fn stop_cluster(cluster: &Cluster) {
 }
 
 /// Runs start.sh in a fresh directory under the system temp dir, owned by this process.
-fn start_cluster() -> Result<Cluster, String> {
+fn start_cluster(env: &[(&str, &str)]) -> Result<Cluster, String> {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos())
@@ -303,6 +309,7 @@ fn start_cluster() -> Result<Cluster, String> {
     if native_gang() {
         command.env("NATIVE_GANG", "1");
     }
+    command.envs(env.iter().copied());
     let tail = run_start_script(command).map_err(|(what, tail)| fail(what, &tail))?;
 
     let kubeconfig = work_dir.join("kubeconfig");

@@ -68,10 +68,11 @@ are only listed and watched (by caches), never fetched one by one, so "get" is n
 */}}
 {{- define "podgroup-sync.clusterRules" -}}
 # The job kinds (PyTorchJob, TFJob, MPIJob v1 or v2beta1, XGBoostJob, PaddleJob, JAXJob). It
-# never writes a job or its status.
+# never writes a job or its status; get only when the stale-PodGroup audit confirms that a job
+# its cache no longer holds is gone, before deleting that job's PodGroup.
 - apiGroups: ["kubeflow.org"]
   resources: ["pytorchjobs", "tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs"]
-  verbs: ["list", "watch"]
+  verbs: ["get", "list", "watch"]
 # Namespaces carry the enablement and backend annotations.
 - apiGroups: [""]
   resources: ["namespaces"]
@@ -100,6 +101,16 @@ are only listed and watched (by caches), never fetched one by one, so "get" is n
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["list", "create"]
+{{- if .Values.controller.gangFeasibility }}
+# With the feasibility check: Nodes (allocatable, taints, unschedulable are kept) and Volcano
+# Queues (their state is kept), to report gangs that can never be placed. Never written.
+- apiGroups: [""]
+  resources: ["nodes"]
+  verbs: ["list", "watch"]
+- apiGroups: ["scheduling.volcano.sh"]
+  resources: ["queues"]
+  verbs: ["list", "watch"]
+{{- end }}
 {{- if .Values.webhook.enabled }}
 # With the pod-link webhook: the metadata of the operators' pods, to find pods created while
 # the webhook was unreachable and report them on their job (PodsNotLinked). Never written.

@@ -1,4 +1,7 @@
-//! `podgroup-sync explain`: the PodGroup a job would get and why, offline.
+//! `podgroup-sync explain`: the PodGroup a job would get and why — offline from manifests
+//! (the job, and optionally the PriorityClasses, LimitRanges, RuntimeClasses and Nodes around
+//! it), or in the context a cluster gives (`cluster`), compared with the PodGroup the cluster
+//! holds (`compare`).
 
 use std::fmt::Write;
 
@@ -7,16 +10,23 @@ use serde_json::Value;
 use crate::backend::{self, BackendKind, BackendOptions};
 use crate::enablement::{Enablement, Mode};
 use crate::gang::{self, MinResources, Priorities};
+use crate::health::feasible::{self, Capacity};
 use crate::job::{self, JobKind};
 use crate::resources::AdmissionDefaults;
 use crate::webhook::link::{self, PodView};
+
+pub mod cluster;
+pub mod compare;
+pub mod surroundings;
+
+pub use surroundings::Surroundings;
 
 /// Why `explain` could not produce a PodGroup.
 #[derive(Debug, thiserror::Error)]
 pub enum ExplainError {
     #[error("cannot parse the job manifest: {0}")]
     Parse(String),
-    #[error("{0} is not a job kind podgroup-sync manages ({known})", known = known_kinds())]
+    #[error("{0} is neither a job kind podgroup-sync manages ({known}) nor a PriorityClass, LimitRange, RuntimeClass, Node or Namespace", known = known_kinds())]
     UnknownKind(String),
     #[error("no PodGroup: {0}")]
     Invalid(#[from] job::InvalidJob),
@@ -107,6 +117,30 @@ fn describe_webhook(
     }
 }
 
+/// Whether the gang can be placed on the nodes explain was given (SPEC §10), when it was given
+/// any.
+fn describe_feasibility(
+    out: &mut String,
+    around: &Surroundings,
+    job: &job::Job,
+    gang: &gang::Gang,
+) {
+    if let Some(nodes) = &around.nodes {
+        let capacity = Capacity::from_nodes(nodes);
+        let problems = feasible::problems(job, gang, &capacity);
+        if problems.is_empty() {
+            let _ = writeln!(
+                out,
+                "# feasibility: every pod fits a schedulable node and minResources fit the {} nodes together (selectors and affinity not considered)",
+                capacity.nodes.len()
+            );
+        }
+        for p in problems {
+            let _ = writeln!(out, "# warning: GangInfeasible: {p}");
+        }
+    }
+}
+
 /// The kinds podgroup-sync manages, e.g. `PyTorchJob kubeflow.org/v1, …`.
 fn known_kinds() -> String {
     job::KINDS
@@ -116,15 +150,38 @@ fn known_kinds() -> String {
         .join(", ")
 }
 
-/// Renders the PodGroup YAML for `manifest` (a job in YAML or JSON) and the reasoning as
-/// `# ` comment lines above it.
+/// What `explain` found for one job.
+#[derive(Debug, Clone)]
+pub struct Explained {
+    /// The reasoning (`# ` lines) and the PodGroup as YAML.
+    pub text: String,
+    /// The PodGroup podgroup-sync would apply.
+    pub object: Value,
+    pub backend: BackendKind,
+    pub job: job::Job,
+}
+
+/// Renders the PodGroup YAML for `manifest` (a job in YAML or JSON, optionally with the
+/// PriorityClasses, LimitRanges, RuntimeClasses, Nodes and Namespace around it as further
+/// documents) and the reasoning as `# ` comment lines above it.
 pub fn explain(
     manifest: &str,
     backend: Option<BackendKind>,
     opts: &BackendOptions,
 ) -> Result<String, ExplainError> {
-    let value: Value =
-        serde_yaml_ng::from_str(manifest).map_err(|e| ExplainError::Parse(e.to_string()))?;
+    let (job, around) = surroundings::read(&[manifest.to_string()])?;
+    Ok(explain_job(&job, &around, backend, None, opts)?.text)
+}
+
+/// The PodGroup for a job object in its surroundings. `existing`: the spec of the PodGroup the
+/// cluster holds, whose immutable fields (and Volcano queue) are kept as the controller does.
+pub fn explain_job(
+    value: &Value,
+    around: &Surroundings,
+    backend: Option<BackendKind>,
+    existing: Option<&Value>,
+    opts: &BackendOptions,
+) -> Result<Explained, ExplainError> {
     let api_version = value
         .get("apiVersion")
         .and_then(Value::as_str)
@@ -135,29 +192,38 @@ pub fn explain(
         .unwrap_or_default();
     let kind: &'static JobKind = JobKind::lookup(api_version, kind_name)
         .ok_or_else(|| ExplainError::UnknownKind(format!("{api_version} {kind_name}")))?;
-    let mut job = job::normalize(kind, &value)?;
+    let mut job = job::normalize(kind, value)?;
     if job.namespace.is_empty() {
         job.namespace = "default".into();
     }
     if job.uid.is_empty() {
         job.uid = "<job uid>".into();
     }
-    let gang = gang::compute(&job, &Priorities::default(), &AdmissionDefaults::default())?;
+    let mut priorities = Priorities::from_classes(&around.priority_classes);
+    priorities.offline = !around.from_cluster;
+    let defaults = AdmissionDefaults::from_limit_ranges_and_runtime_classes(
+        &around.limit_ranges_in(&job.namespace),
+        &around.runtime_classes,
+    )
+    .map_err(|e| job::InvalidJob::InvalidResources(format!("namespace admission defaults: {e}")))?;
+    let gang = gang::compute(&job, &priorities, &defaults)?;
     let enablement = Enablement {
         annotation_key: String::new(),
         default_mode: Mode::Manage,
         default_backend: BackendKind::SchedulerPlugins,
     };
+    let ns_annotations = around.namespace_annotations(&job.namespace);
     let (backend_kind, why) = match backend {
         Some(b) => (b, "--backend"),
         None => enablement
-            .backend(&job, None, opts)
+            .backend(&job, ns_annotations, opts)
             .map_err(|e| ExplainError::Backend(e.to_string()))?,
     };
     let b = backend_kind.backend();
-    // Offline, every PriorityClass is taken to exist.
-    let (name, name_warnings) = backend::name_and_checks(b, &job, &|_| true)?;
-    let object = backend::desired_object(b, &job, &gang, &name, None, false, opts);
+    // Offline, a PriorityClass that was not given may still exist.
+    let exists = |c: &str| !around.from_cluster || priorities.contains(c);
+    let (name, name_warnings) = backend::name_and_checks(b, &job, &exists)?;
+    let object = backend::desired_object(b, &job, &gang, &name, existing, false, opts);
 
     let mut out = String::new();
     let _ = writeln!(out, "# {} {}/{}", kind.kind, job.namespace, job.name);
@@ -169,10 +235,7 @@ pub fn explain(
         gang.rule.describe()
     );
     describe_min_resources(&mut out, &gang);
-    let _ = writeln!(
-        out,
-        "# (offline: no PriorityClasses, LimitRanges or RuntimeClasses are known; a cluster may add requests and priorities)"
-    );
+    let _ = writeln!(out, "{}", around.describe());
     let absent = b.absent_fields();
     if !absent.is_empty() {
         let _ = writeln!(
@@ -185,6 +248,7 @@ pub fn explain(
     for w in gang.warnings.iter().chain(name_warnings.iter()) {
         let _ = writeln!(out, "# warning: {w}");
     }
+    describe_feasibility(&mut out, around, &job, &gang);
     describe_webhook(&mut out, b, &job, &name, opts);
     for m in backend::missing_links(b, &job, &name, opts, false) {
         let _ = writeln!(
@@ -195,7 +259,12 @@ pub fn explain(
     out.push_str(
         &serde_yaml_ng::to_string(&object).map_err(|e| ExplainError::Parse(e.to_string()))?,
     );
-    Ok(out)
+    Ok(Explained {
+        text: out,
+        object,
+        backend: backend_kind,
+        job,
+    })
 }
 
 #[cfg(test)]
@@ -212,26 +281,26 @@ mod tests {
     fn every_example_gets_its_exact_pod_group() {
         let cases = [
             (
-                include_str!("../examples/pytorchjob.yaml"),
+                include_str!("../../examples/pytorchjob.yaml"),
                 "scheduling.x-k8s.io/v1alpha1",
                 4,
                 serde_json::json!({"cpu": "14", "memory": "32Gi", "nvidia.com/gpu": "4"}),
             ),
             (
-                include_str!("../examples/xgboostjob.yaml"),
+                include_str!("../../examples/xgboostjob.yaml"),
                 "scheduling.x-k8s.io/v1alpha1",
                 3,
                 serde_json::json!({"cpu": "5", "memory": "10Gi"}),
             ),
             // Elastic: Master + minReplicas 2 of the 4 Workers.
             (
-                include_str!("../examples/paddlejob.yaml"),
+                include_str!("../../examples/paddlejob.yaml"),
                 "scheduling.volcano.sh/v1beta1",
                 3,
                 serde_json::json!({"cpu": "9", "memory": "34Gi", "nvidia.com/gpu": "2"}),
             ),
             (
-                include_str!("../examples/jaxjob.yaml"),
+                include_str!("../../examples/jaxjob.yaml"),
                 "scheduling.x-k8s.io/v1alpha1",
                 4,
                 serde_json::json!({"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "4"}),
@@ -249,7 +318,7 @@ mod tests {
     #[test]
     fn explain_says_what_the_webhook_adds_to_each_templates_pods() {
         let out = explain(
-            include_str!("../examples/pytorchjob.yaml"),
+            include_str!("../../examples/pytorchjob.yaml"),
             None,
             &BackendOptions::default(),
         )
@@ -268,7 +337,7 @@ mod tests {
             ],
             "{out}"
         );
-        let bare = include_str!("../examples/pytorchjob.yaml")
+        let bare = include_str!("../../examples/pytorchjob.yaml")
             .replace("scheduling.x-k8s.io/pod-group", "example.com/unrelated");
         let out = explain(
             &bare,
@@ -284,7 +353,7 @@ mod tests {
 
     #[test]
     fn a_paddle_job_without_an_elastic_policy_counts_every_pod() {
-        let manifest = include_str!("../examples/paddlejob.yaml").replace(
+        let manifest = include_str!("../../examples/paddlejob.yaml").replace(
             "  elasticPolicy:\n    minReplicas: 2\n    maxReplicas: 4\n",
             "",
         );
@@ -311,7 +380,7 @@ mod tests {
 
     #[test]
     fn rule_9_explain_for_the_native_backend_shows_min_count_and_what_it_lacks() {
-        let manifest = include_str!("../examples/pytorchjob.yaml");
+        let manifest = include_str!("../../examples/pytorchjob.yaml");
         let out = explain(
             manifest,
             Some(BackendKind::Kubernetes),
@@ -334,5 +403,40 @@ mod tests {
             out.contains("Worker: its pods need spec.schedulingGroup.podGroupName: pytorch-demo, which only the pod-link webhook sets"),
             "{out}"
         );
+    }
+
+    #[test]
+    fn rule_10_offline_context_comes_from_extra_manifests_and_unknown_classes_are_unknown_offline()
+    {
+        let job = include_str!("../../examples/pytorchjob.yaml").replacen(
+            "schedulerName: default-scheduler\n",
+            "schedulerName: default-scheduler\n          priorityClassName: urgent\n",
+            1,
+        );
+        let out = explain(&job, None, &BackendOptions::default()).unwrap();
+        assert!(
+            out.contains("PriorityClass \"urgent\" is unknown offline"),
+            "{out}"
+        );
+        let around = "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: urgent}\nvalue: 500\n---\n\
+            apiVersion: v1\nkind: LimitRange\nmetadata: {name: lr}\nspec:\n  limits:\n  - type: Container\n    defaultRequest: {ephemeral-storage: 1Gi}\n---\n\
+            apiVersion: v1\nkind: Node\nmetadata: {name: n}\nstatus: {allocatable: {cpu: '64', memory: 512Gi, nvidia.com/gpu: '8', ephemeral-storage: 100Gi}}\n";
+        let (v, s) = surroundings::read(&[job.clone(), around.to_string()]).unwrap();
+        let e = explain_job(&v, &s, None, None, &BackendOptions::default()).unwrap();
+        assert!(!e.text.contains("unknown offline"), "{}", e.text);
+        assert!(e.text.contains("priority 500 (urgent)"), "{}", e.text);
+        assert!(
+            e.text.contains("# feasibility: every pod fits"),
+            "{}",
+            e.text
+        );
+        assert_eq!(
+            e.object["spec"]["minResources"]["ephemeral-storage"], "4Gi",
+            "the LimitRange default applies"
+        );
+        let two = surroundings::read(&[job.clone(), job])
+            .unwrap_err()
+            .to_string();
+        assert!(two.contains("2 jobs"), "{two}");
     }
 }
