@@ -1,6 +1,8 @@
 # syntax=docker/dockerfile:1
-# podgroup-sync: build the release binary on Debian bookworm, run it on distroless (glibc and
-# libgcc only, no shell, no package manager) as a numeric non-root user.
+# podgroup-sync: build the release binary on Debian bookworm, statically linked (glibc's static
+# libc), and run it on an empty base (no shell, no libc, no package manager) as a numeric non-root
+# user. `make image` builds the same layout without a registry or a container engine
+# (hack/image.sh); tests/node.rs checks that the two agree.
 #
 #   docker build -t <registry>/podgroup-sync:<version> .
 
@@ -11,20 +13,23 @@ WORKDIR /src
 # Only what the build reads; Cargo.lock makes the dependency set exact (--locked).
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
-# The manifest names the e2e test and the benchmark explicitly; cargo wants their files present.
-COPY tests/e2e.rs ./tests/e2e.rs
+# The manifest names the test tiers and the benchmarks explicitly; cargo wants their files present.
+COPY tests ./tests
 COPY benches ./benches
 # Cache mounts keep the registry and target dir between builds without putting them in a layer.
+# --target keeps the static flag off build scripts and proc macros.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked --bin podgroup-sync \
- && install -D -m 0755 target/release/podgroup-sync /out/podgroup-sync
+    triple=$(rustc -vV | sed -n 's/^host: //p') \
+ && RUSTFLAGS="-C target-feature=+crt-static" \
+    cargo build --release --locked --target "$triple" --bin podgroup-sync \
+ && install -D -m 0755 "target/$triple/release/podgroup-sync" /out/podgroup-sync
 
-# The binary links only glibc and libgcc_s (TLS is rustls with ring; no OpenSSL).
-FROM gcr.io/distroless/cc-debian12:nonroot
+# TLS is rustls with ring; the API server's CA comes from the service-account mount.
+FROM scratch
 COPY --from=build /out/podgroup-sync /usr/local/bin/podgroup-sync
-# 65532 is distroless' "nonroot"; numeric, so runAsNonRoot can verify it.
+# Numeric, so runAsNonRoot can verify it.
 USER 65532:65532
-EXPOSE 8080
+EXPOSE 8080 9443
 ENTRYPOINT ["/usr/local/bin/podgroup-sync"]
 CMD ["run"]

@@ -8,9 +8,13 @@
 #   make native the native-backend tier: the control-plane tests and the end-to-end scenarios on
 #               Kubernetes 1.37 with the GenericWorkload gate (kube-scheduler's own gang
 #               scheduling), built from the Go proxy like the 1.34 binaries
+#   make image  the container image as an OCI archive (target/image/), no registry needed
+#   make node   the node tier: the image and the chart run by a real kubelet (containerd, runc,
+#               CNI from Debian; kubelet, kube-proxy, kube-scheduler from the Go proxy) inside a
+#               network namespace of its own
 #   make e2e    the end-to-end tier: kwok nodes, the scheduler-plugins and Volcano schedulers,
 #               training-operator and mpi-operator (gang mode off), all built from the Go proxy
-.PHONY: test lint unit integration binaries faults e2e native demo build release
+.PHONY: test lint unit integration binaries faults e2e native node image demo build release
 
 CARGO ?= cargo
 
@@ -20,7 +24,7 @@ test: lint binaries
 lint:
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets -- -D warnings
-	$(CARGO) clippy --test e2e --test faults --test native --test e2e_native -- -D warnings
+	$(CARGO) clippy --test e2e --test faults --test native --test e2e_native --test node -- -D warnings
 
 unit:
 	$(CARGO) test --lib
@@ -45,6 +49,16 @@ native:
 	K8S_VERSION=1.37.2 K8S_SCHEDULER=1 tests/cluster/get-binaries.sh >/dev/null
 	tests/e2e/get-e2e-binaries.sh kwok training-operator mpi-operator >/dev/null
 	$(CARGO) test --test native --test e2e_native
+
+# The image (hack/image.sh): a static release binary on an empty base, user 65532.
+image:
+	hack/image.sh
+
+# Everything is built first; then the tests run inside tests/node/netns.sh's namespace.
+node: binaries image
+	tests/node/get-node.sh >/dev/null
+	$(CARGO) test --test node --no-run
+	tests/node/netns.sh $(CARGO) test --test node -- --test-threads=1 --nocapture
 
 build:
 	$(CARGO) build

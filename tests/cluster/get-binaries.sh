@@ -9,7 +9,8 @@
 # usage: get-binaries.sh
 # environment: K8S_VERSION (default 1.34.4); K8S_SCHEDULER=1 also builds kube-scheduler (the
 # native-backend tier runs kube-scheduler v1.37 itself, the 1.34 tiers run the schedulers' own
-# binaries). A directory per version, so 1.34 and 1.37 live side by side.
+# binaries); K8S_NODE=1 also builds kube-scheduler, kubelet and kube-proxy (the node tier). A directory per
+# version, so 1.34 and 1.37 live side by side.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=../lib.sh
@@ -36,6 +37,7 @@ one_run_at_a_time "$PGS_CACHE/.get-binaries.lock" get-binaries.sh
 
 K8S_CMDS="kube-apiserver kube-controller-manager kubectl"
 [ "${K8S_SCHEDULER:-0}" = 1 ] && K8S_CMDS="$K8S_CMDS kube-scheduler"
+[ "${K8S_NODE:-0}" = 1 ] && K8S_CMDS="$K8S_CMDS kube-scheduler kubelet kube-proxy"
 
 build_kubernetes() {
   local c missing=0

@@ -24,6 +24,11 @@
 #                       podgroup-protection controller (it lifts the finalizer the API server
 #                       puts on every native PodGroup); kube-scheduler is built beside the
 #                       other binaries for tests/e2e/start.sh (E2E_NATIVE=1), which starts it
+#   NODE_IP=ADDR        for the node tier (tests/node/), which runs inside a network namespace
+#                       of its own: kube-apiserver listens on every address of that namespace
+#                       and advertises ADDR (the `kubernetes` Service's endpoint, which kube-proxy
+#                       routes pods to), the ServiceAccount admission plugin mounts tokens, and
+#                       KCM also runs the controllers a Deployment, a Service and a Node need
 #
 # Progress goes to stderr. On success the last stdout lines are KUBECONFIG=..., API_URL=... (the
 # same as WORK_DIR/env). On failure every process started so far is stopped and the tail of the
@@ -64,6 +69,18 @@ fi
 
 mkdir -p "$W"
 W=$(cd "$W" && pwd -P)   # absolute: it is written into kubeconfig/env and matched by stop.sh
+# Outside the node tier: loopback only, no Service endpoint for the API server, no token mounts.
+BIND=127.0.0.1 ADVERTISE=127.0.0.1 NODE_SANS=
+APISERVER_NET=(--endpoint-reconciler-type=none --disable-admission-plugins=ServiceAccount)
+if [ -n "${NODE_IP:-}" ]; then
+  export K8S_NODE=1
+  BIND=0.0.0.0 ADVERTISE=$NODE_IP NODE_SANS=",IP:$NODE_IP"
+  # Logs and exec reach the kubelet at the node's InternalIP (there is no DNS), with the admin
+  # client certificate (the test kubelet trusts the CA and allows any authenticated user).
+  APISERVER_NET=(--kubelet-preferred-address-types=InternalIP
+    "--kubelet-client-certificate=$W/pki/admin.crt" "--kubelet-client-key=$W/pki/admin.key")
+  KCM_CONTROLLERS=$KCM_CONTROLLERS,deployment-controller,replicaset-controller,endpointslice-controller,serviceaccount-controller,root-ca-certificate-publisher-controller,pod-garbage-collector-controller,node-lifecycle-controller
+fi
 refuse_if_running
 rm -rf "$W/pki" "$W/etcd" "$W/pids" "$W/env" "$W/kubeconfig" "$W/reaper.pid" "$W/stop.lock"
 mkdir -p "$W/pki"
@@ -121,7 +138,7 @@ log "PKI in $W/pki"
     openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -sha256 -days 7 \
       -extfile "$1.ext" -out "$1.crt" 2>/dev/null
   }
-  sign apiserver /CN=kube-apiserver 'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:10.0.0.1\nextendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature\nbasicConstraints=critical,CA:FALSE'
+  sign apiserver /CN=kube-apiserver "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:10.0.0.1$NODE_SANS\nextendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature\nbasicConstraints=critical,CA:FALSE"
   sign admin '/O=system:masters/CN=admin' 'extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature\nbasicConstraints=critical,CA:FALSE'
   ec sa.key                                     # service-account token signing key (ES256)
   openssl pkey -in sa.key -pubout -out sa.pub 2>/dev/null
@@ -165,14 +182,13 @@ log "etcd ready"
 # --- kube-apiserver ---------------------------------------------------------------------------
 log "kube-apiserver on $API_URL"
 start apiserver "$BIN/kube-apiserver" \
-  --etcd-servers="$ETCD_URL" --bind-address=127.0.0.1 --advertise-address=127.0.0.1 \
+  --etcd-servers="$ETCD_URL" --bind-address="$BIND" --advertise-address="$ADVERTISE" \
   --secure-port="$API_PORT" \
   --tls-cert-file="$W/pki/apiserver.crt" --tls-private-key-file="$W/pki/apiserver.key" \
   --client-ca-file="$W/pki/ca.crt" --cert-dir="$W/pki" \
   --service-account-issuer="$API_URL" --service-account-key-file="$W/pki/sa.pub" \
   --service-account-signing-key-file="$W/pki/sa.key" --service-cluster-ip-range=10.0.0.0/24 \
-  --authorization-mode=RBAC --allow-privileged=true --disable-admission-plugins=ServiceAccount \
-  --endpoint-reconciler-type=none \
+  --authorization-mode=RBAC --allow-privileged=true "${APISERVER_NET[@]}" \
   --requestheader-client-ca-file="$W/pki/ca.crt" --requestheader-allowed-names=front-proxy-client \
   --requestheader-username-headers=X-Remote-User --requestheader-group-headers=X-Remote-Group \
   --requestheader-extra-headers-prefix=X-Remote-Extra- "${GATES[@]}" "${APISERVER_EXTRA[@]}"

@@ -1,0 +1,596 @@
+//! The node tier (`make node`): the container image `make image` builds, installed with the Helm
+//! chart and run by a real kubelet (containerd, runc and the CNI bridge from Debian; kubelet,
+//! kube-proxy and kube-scheduler of the control plane's version), all inside the network
+//! namespace of `tests/node/netns.sh`. Nothing is pulled: the image and the pause image are
+//! imported from OCI archives.
+//!
+//! The chart is installed with the values a user sets for a local image (`image.tag`,
+//! `image.pullPolicy=Never`) and `replicas=2`; nothing else. Loopback networking needs nothing
+//! from the chart: kube-proxy routes the `kubernetes` Service to the API server's address in the
+//! namespace, so the pods use the in-cluster configuration as in any cluster.
+//!
+//! Run only through `make node` (it builds the image and enters the namespace); outside it every
+//! test fails, saying so.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams, PostParams, ResourceExt};
+use serde_json::{Value, json};
+
+use support::chart::{chart_dir, helm_stderr, run_helm};
+use support::controller::{http_get, metric_sum};
+use support::jobs::{self, Backend, KINDS};
+use support::lifecycle::Gang;
+use support::webhook::{link_of, operator_pod, unlinked};
+use support::{Cluster, wait_for};
+
+/// What `tests/node/start.sh` started next to the control plane.
+struct Node {
+    cluster: Cluster,
+    /// containerd's socket (to find a container's process).
+    containerd_sock: PathBuf,
+}
+
+/// The OCI archive `make image` built (PGS_IMAGE, or the default path of hack/image.sh).
+fn image_archive() -> PathBuf {
+    std::env::var_os("PGS_IMAGE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
+                "target/image/podgroup-sync-{}.oci.tar",
+                env!("CARGO_PKG_VERSION")
+            ))
+        })
+}
+
+const IMAGE_REPOSITORY: &str = "podgroup-sync";
+
+/// The control plane and the node, started once per test binary and stopped (by their reapers)
+/// when it exits.
+fn node() -> &'static Node {
+    static NODE: OnceLock<Result<Node, String>> = OnceLock::new();
+    match NODE.get_or_init(start_node) {
+        Ok(node) => node,
+        Err(message) => panic!("{message}"),
+    }
+}
+
+fn start_node() -> Result<Node, String> {
+    let node_ip = std::env::var("NODE_IP")
+        .map_err(|_| "NODE_IP is not set: run the node tier with `make node`".to_string())?;
+    let archive = image_archive();
+    if !archive.is_file() {
+        return Err(format!(
+            "{} is missing: `make node` builds it (make image)",
+            archive.display()
+        ));
+    }
+    let cluster = support::private_cluster_with(&[("NODE_IP", &node_ip)]);
+    let work = cluster
+        .work_dir
+        .clone()
+        .expect("a private control plane")
+        .join("node");
+    let mut command =
+        Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node/start.sh"));
+    command
+        .arg(&work)
+        .arg("--kubeconfig")
+        .arg(&cluster.kubeconfig)
+        .arg("--image")
+        .arg(format!(
+            "{}=docker.io/library/{IMAGE_REPOSITORY}",
+            archive.display()
+        ))
+        .arg("--owner-pid")
+        .arg(std::process::id().to_string());
+    support::run_start_script(command)
+        .map_err(|(what, tail)| format!("the node could not start: {what}\n{tail}"))?;
+    Ok(Node {
+        cluster,
+        containerd_sock: work.join("containerd.sock"),
+    })
+}
+
+// --- the image --------------------------------------------------------------------------------
+
+/// A file of the OCI archive, by path inside it.
+fn archive_file(archive: &Path, path: &str) -> Vec<u8> {
+    let out = Command::new("tar")
+        .arg("-xOf")
+        .arg(archive)
+        .arg(path)
+        .output()
+        .expect("run tar");
+    assert!(out.status.success(), "tar -xOf {path}: {:?}", out.status);
+    out.stdout
+}
+
+fn blob(archive: &Path, digest: &str) -> Vec<u8> {
+    archive_file(
+        archive,
+        &format!("./blobs/sha256/{}", digest.trim_start_matches("sha256:")),
+    )
+}
+
+/// The final stage's instruction `word` of the Dockerfile (e.g. USER), as written.
+fn dockerfile_final(word: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Dockerfile"))
+        .expect("read the Dockerfile");
+    let lines: Vec<&str> = text.lines().collect();
+    let last_from = lines
+        .iter()
+        .rposition(|l| l.starts_with("FROM "))
+        .expect("a FROM");
+    lines[last_from..]
+        .iter()
+        .filter_map(|l| l.strip_prefix(&format!("{word} ")))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_image_is_the_dockerfiles_layout_static_and_non_root() {
+    let archive = image_archive();
+    assert!(
+        archive.is_file(),
+        "{} is missing: run `make image`",
+        archive.display()
+    );
+    let index: Value = serde_json::from_slice(&archive_file(&archive, "./index.json")).unwrap();
+    let manifest: Value = serde_json::from_slice(&blob(
+        &archive,
+        index["manifests"][0]["digest"].as_str().unwrap(),
+    ))
+    .unwrap();
+    let config: Value = serde_json::from_slice(&blob(
+        &archive,
+        manifest["config"]["digest"].as_str().unwrap(),
+    ))
+    .unwrap();
+    let c = &config["config"];
+
+    // The same user, entrypoint, command and binary path as the Dockerfile's final stage.
+    assert_eq!(dockerfile_final("FROM"), vec!["scratch".to_string()]);
+    assert_eq!(
+        dockerfile_final("USER"),
+        vec![c["User"].as_str().unwrap().to_string()]
+    );
+    assert_eq!(
+        c["User"], "65532:65532",
+        "numeric, so runAsNonRoot can check it"
+    );
+    let entrypoint: Value = serde_json::from_str(&dockerfile_final("ENTRYPOINT")[0]).unwrap();
+    let cmd: Value = serde_json::from_str(&dockerfile_final("CMD")[0]).unwrap();
+    assert_eq!(c["Entrypoint"], entrypoint);
+    assert_eq!(c["Cmd"], cmd);
+    assert_eq!(entrypoint, json!(["/usr/local/bin/podgroup-sync"]));
+    assert!(
+        dockerfile_final("COPY")
+            .iter()
+            .any(|l| l.ends_with(" /usr/local/bin/podgroup-sync")),
+        "{:?}",
+        dockerfile_final("COPY")
+    );
+
+    // One layer, holding the binary and its directories only: no shell, no libc, nothing to
+    // write to (a read-only root filesystem loses nothing).
+    let layers = manifest["layers"].as_array().unwrap();
+    assert_eq!(layers.len(), 1, "{manifest}");
+    let dir = tempdir("image-layer");
+    let layer = dir.join("layer.tar.gz");
+    std::fs::write(
+        &layer,
+        blob(&archive, layers[0]["digest"].as_str().unwrap()),
+    )
+    .unwrap();
+    let listing = Command::new("tar")
+        .arg("-tzf")
+        .arg(&layer)
+        .output()
+        .expect("tar -tzf");
+    assert!(listing.status.success(), "the layer is a valid tar.gz");
+    let files: Vec<String> = String::from_utf8_lossy(&listing.stdout)
+        .lines()
+        .map(|l| {
+            l.trim_start_matches("./")
+                .trim_start_matches('/')
+                .to_string()
+        })
+        .filter(|l| !l.is_empty())
+        .collect();
+    assert_eq!(
+        files,
+        [
+            "usr/",
+            "usr/local/",
+            "usr/local/bin/",
+            "usr/local/bin/podgroup-sync"
+        ],
+        "{files:?}"
+    );
+    let unpacked = Command::new("tar")
+        .arg("-xzf")
+        .arg(&layer)
+        .arg("-C")
+        .arg(&dir)
+        .status()
+        .unwrap();
+    assert!(unpacked.success());
+    let binary = dir.join("usr/local/bin/podgroup-sync");
+    let headers = Command::new("readelf")
+        .arg("-l")
+        .arg(&binary)
+        .output()
+        .expect("readelf");
+    let headers = String::from_utf8_lossy(&headers.stdout);
+    assert!(headers.contains("LOAD"), "an ELF executable: {headers}");
+    assert!(
+        !headers.contains("INTERP"),
+        "statically linked (there is no loader in the image): {headers}"
+    );
+    let version = Command::new(&binary).arg("--version").output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&version.stdout).contains(env!("CARGO_PKG_VERSION")),
+        "{version:?}"
+    );
+    let size = std::fs::metadata(&archive).unwrap().len();
+    let layer_size = layers[0]["size"].as_u64().unwrap();
+    eprintln!(
+        "figure: image archive {:.1} MiB (compressed layer {:.1} MiB; binary {:.1} MiB)",
+        size as f64 / 1048576.0,
+        layer_size as f64 / 1048576.0,
+        std::fs::metadata(&binary).unwrap().len() as f64 / 1048576.0
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn tempdir(what: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("podgroup-sync-{what}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+// --- the chart under the kubelet --------------------------------------------------------------
+
+const RELEASE: &str = "pgs";
+const RELEASE_NS: &str = "podgroup-sync-system";
+const FULLNAME: &str = "pgs-podgroup-sync";
+const WAIT: Duration = Duration::from_secs(120);
+
+fn helm_install(cluster: &Cluster) {
+    let out = run_helm(&[
+        "install",
+        RELEASE,
+        chart_dir().to_str().unwrap(),
+        "--namespace",
+        RELEASE_NS,
+        "--create-namespace",
+        "--kubeconfig",
+        cluster.kubeconfig.to_str().unwrap(),
+        "--set",
+        &format!("image.tag={}", env!("CARGO_PKG_VERSION")),
+        "--set",
+        "image.pullPolicy=Never",
+        "--set",
+        "replicas=2",
+        // helm returns once every pod is Ready: the kubelet's own readiness probes.
+        "--wait",
+        "--timeout=180s",
+    ]);
+    assert!(
+        out.status.success(),
+        "helm install failed:\n{}\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        helm_stderr(&out),
+        String::from_utf8_lossy(
+            &cluster
+                .kubectl(&["describe", "pods", "-n", RELEASE_NS])
+                .stdout
+        )
+    );
+}
+
+async fn controller_pods(client: &kube::Client) -> Vec<Pod> {
+    Api::<Pod>::namespaced(client.clone(), RELEASE_NS)
+        .list(&ListParams::default().labels("app.kubernetes.io/name=podgroup-sync"))
+        .await
+        .expect("list the controller pods")
+        .items
+}
+
+fn ready(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+async fn lease_holder(client: &kube::Client) -> Option<String> {
+    let api: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), RELEASE_NS);
+    api.get_opt(FULLNAME)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+}
+
+/// The host PID of a pod's first container, from containerd's task list.
+fn container_pid(node: &Node, pod: &Pod) -> u32 {
+    let id = pod
+        .status
+        .as_ref()
+        .unwrap()
+        .container_statuses
+        .as_ref()
+        .unwrap()[0]
+        .container_id
+        .clone()
+        .expect("a container ID");
+    let id = id.trim_start_matches("containerd://");
+    let out = Command::new("ctr")
+        .arg("--address")
+        .arg(&node.containerd_sock)
+        .args(["--namespace", "k8s.io", "tasks", "ls"])
+        .output()
+        .expect("ctr tasks ls");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| {
+            let mut f = l.split_whitespace();
+            (f.next() == Some(id)).then(|| f.next().unwrap().parse().unwrap())
+        })
+        .unwrap_or_else(|| panic!("no containerd task {id}"))
+}
+
+/// The chart's security context, as the kernel applies it to the running process.
+fn assert_restricted(pid: u32) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}:")))
+            .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
+            .unwrap_or_default()
+    };
+    assert_eq!(field("Uid"), "65532 65532 65532 65532", "runs as 65532");
+    assert_eq!(field("Gid"), "65532 65532 65532 65532");
+    assert_eq!(field("NoNewPrivs"), "1", "allowPrivilegeEscalation: false");
+    assert_eq!(
+        field("Seccomp"),
+        "2",
+        "seccomp RuntimeDefault (filter mode)"
+    );
+    assert_eq!(
+        field("CapEff"),
+        "0000000000000000",
+        "capabilities: drop ALL"
+    );
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+    assert!(exe.ends_with("usr/local/bin/podgroup-sync"), "{exe:?}");
+    let mountinfo = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
+    let root = mountinfo
+        .lines()
+        .find(|l| l.split_whitespace().nth(4) == Some("/"))
+        .expect("a root mount");
+    let options = root.split_whitespace().nth(5).unwrap();
+    assert!(
+        options.split(',').any(|o| o == "ro"),
+        "readOnlyRootFilesystem: {root}"
+    );
+}
+
+/// A GET through kube-proxy's Service IP and through every endpoint of the Service.
+async fn scrape_through_the_service(client: &kube::Client) -> Vec<String> {
+    let svc: k8s_openapi::api::core::v1::Service = Api::namespaced(client.clone(), RELEASE_NS)
+        .get(&format!("{FULLNAME}-metrics"))
+        .await
+        .expect("the metrics Service");
+    let spec = svc.spec.unwrap();
+    let ip = spec.cluster_ip.unwrap();
+    let port = spec.ports.unwrap()[0].port;
+    let via_service = wait_for("/metrics through the Service IP", WAIT, || async {
+        http_get(format!("{ip}:{port}").parse().unwrap(), "/metrics")
+            .filter(|(code, body)| *code == 200 && body.contains("podgroup_sync_"))
+    })
+    .await;
+    let slices: Api<k8s_openapi::api::discovery::v1::EndpointSlice> =
+        Api::namespaced(client.clone(), RELEASE_NS);
+    let endpoints = wait_for("two ready endpoints", WAIT, || async {
+        let list = slices
+            .list(
+                &ListParams::default()
+                    .labels(&format!("kubernetes.io/service-name={FULLNAME}-metrics")),
+            )
+            .await
+            .ok()?;
+        let (ips, port): (Vec<String>, Option<i32>) =
+            list.items
+                .iter()
+                .fold((Vec::new(), None), |(mut ips, port), s| {
+                    for e in &s.endpoints {
+                        if e.conditions.as_ref().and_then(|c| c.ready) == Some(true) {
+                            ips.extend(e.addresses.iter().cloned());
+                        }
+                    }
+                    let p = s.ports.as_ref().and_then(|p| p[0].port);
+                    (ips, port.or(p))
+                });
+        (ips.len() == 2).then(|| {
+            ips.into_iter()
+                .map(|i| format!("{i}:{}", port.unwrap()))
+                .collect::<Vec<_>>()
+        })
+    })
+    .await;
+    let mut bodies = vec![via_service.1];
+    for e in endpoints {
+        let (code, body) = http_get(e.parse().unwrap(), "/metrics").expect("GET an endpoint");
+        assert_eq!(code, 200, "{e}");
+        bodies.push(body);
+    }
+    bodies
+}
+
+fn pod_logs(cluster: &Cluster, pod: &str) -> String {
+    String::from_utf8_lossy(
+        &cluster
+            .kubectl(&["logs", "-n", RELEASE_NS, pod, "--tail=40"])
+            .stdout,
+    )
+    .into_owned()
+}
+
+#[tokio::test]
+async fn the_chart_runs_under_the_kubelet_with_the_in_cluster_configuration() {
+    let node = node();
+    let cluster = &node.cluster;
+    let client = cluster.client().await;
+    let started = Instant::now();
+    helm_install(cluster);
+    eprintln!(
+        "figure: helm install --wait: both pods Ready after {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+
+    // Running and Ready through the kubelet's probes, under the chart's security context.
+    let pods = controller_pods(&client).await;
+    assert_eq!(pods.len(), 2);
+    for pod in &pods {
+        assert!(ready(pod), "{}: not Ready", pod.name_any());
+        assert_restricted(container_pid(node, pod));
+    }
+
+    // Two replicas, one leader; the leader's /metrics says so, the other's does not.
+    let leader = wait_for("a leader", WAIT, || lease_holder(&client)).await;
+    assert!(pods.iter().any(|p| p.name_any() == leader), "{leader}");
+    let bodies = scrape_through_the_service(&client).await;
+    let leaders: f64 = bodies[1..]
+        .iter()
+        .map(|b| metric_sum(b, "podgroup_sync_leader", &[]))
+        .sum();
+    assert_eq!(leaders, 1.0, "exactly one endpoint leads");
+
+    // The lifecycle of one job per kind, both backends, through the in-cluster configuration.
+    let ns = support::test_namespace(
+        &client,
+        "node-jobs",
+        &[("podgroup-sync.io/enabled", "true")],
+    )
+    .await;
+    let log = || pod_logs(cluster, &leader);
+    for (i, kind) in KINDS.into_iter().enumerate() {
+        let backend = [Backend::SchedulerPlugins, Backend::Volcano][i % 2];
+        let name = format!("gang-{}", i);
+        Gang {
+            client: &client,
+            ns: &ns,
+            kind,
+            backend,
+            name: &name,
+            log: &log,
+        }
+        .whole_lifecycle()
+        .await;
+    }
+
+    // The API server reaches the webhook through its Service: a pod of a job created without
+    // links comes back linked (a dry run: nothing is left to schedule).
+    let job = jobs::create(
+        &client,
+        &ns,
+        jobs::Kind::PyTorchJob,
+        &unlinked(jobs::job(
+            jobs::Kind::PyTorchJob,
+            Backend::SchedulerPlugins,
+            "webhooked",
+            2,
+        )),
+    )
+    .await;
+    let pod = operator_pod(jobs::Kind::PyTorchJob, &job, "Worker", None);
+    let answered = Api::<Pod>::namespaced(client.clone(), &ns)
+        .create(
+            &PostParams {
+                dry_run: true,
+                ..Default::default()
+            },
+            &pod,
+        )
+        .await
+        .expect("dry-run create of a worker pod");
+    assert_eq!(
+        link_of(&answered, Backend::SchedulerPlugins),
+        (
+            Some("webhooked".into()),
+            Some("scheduler-plugins-scheduler".into())
+        ),
+        "the webhook answered through its Service"
+    );
+
+    // Nothing restarted meanwhile: the liveness probe held, the process never exited.
+    for pod in controller_pods(&client).await {
+        let restarts = pod
+            .status
+            .as_ref()
+            .unwrap()
+            .container_statuses
+            .as_ref()
+            .unwrap()[0]
+            .restart_count;
+        assert_eq!(restarts, 0, "{} restarted", pod.name_any());
+    }
+
+    leader_pod_deleted_hands_over(&client, &leader).await;
+}
+
+/// Deleting the leader pod: the kubelet sends SIGTERM, the controller releases the Lease (a
+/// holder of none and a 1 s duration) well before the grace period and before the Lease would
+/// have expired on its own, and the other replica takes it at its next retry.
+async fn leader_pod_deleted_hands_over(client: &kube::Client, leader: &str) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), RELEASE_NS);
+    let deleted_at = Instant::now();
+    pods.delete(leader, &DeleteParams::default())
+        .await
+        .expect("delete the leader pod");
+    let next = wait_for("another leader", WAIT, || async {
+        lease_holder(client).await.filter(|h| h != leader)
+    })
+    .await;
+    let handover = deleted_at.elapsed();
+    wait_for("the old leader pod gone", WAIT, || async {
+        matches!(pods.get_opt(leader).await, Ok(None)).then_some(())
+    })
+    .await;
+    let stopped = deleted_at.elapsed();
+    eprintln!(
+        "figure: leader pod deleted: new leader {next} after {:.1} s, old pod gone after {:.1} s",
+        handover.as_secs_f64(),
+        stopped.as_secs_f64()
+    );
+    // Without the release the other replica would wait out leaseDurationSeconds (15 s).
+    assert!(
+        handover < Duration::from_secs(15),
+        "handover took {handover:?}: the Lease was not released on SIGTERM"
+    );
+    assert!(
+        stopped < Duration::from_secs(30),
+        "the old pod outlived its grace period ({stopped:?})"
+    );
+    // The Deployment replaces the pod, and the replacement is Ready and standing by.
+    wait_for("two Ready pods again", WAIT, || async {
+        let pods = controller_pods(client).await;
+        (pods.iter().filter(|p| ready(p)).count() == 2).then_some(())
+    })
+    .await;
+}
