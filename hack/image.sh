@@ -7,6 +7,8 @@
 #
 # usage: hack/image.sh [--binary FILE] [--out FILE] [--tag TAG]
 #   --binary FILE   use this (static) binary instead of building it
+# environment: IMAGE_TARGET_DIR (default $PGS_CACHE/cargo-target-image, PGS_CACHE defaulting to
+# ~/.cache/podgroup-sync): cargo's build directory for the static binary
 #   --out FILE      the OCI archive (default target/image/podgroup-sync-TAG.oci.tar)
 #   --tag TAG       the image tag (default: the crate version)
 # The last stdout line is IMAGE=<archive>; the image's name inside is podgroup-sync:TAG
@@ -34,11 +36,15 @@ fi
 
 if [ -z "$BINARY" ]; then
   # --target keeps the static flag off build scripts and proc macros (they must stay dynamic).
+  # The build directory is kept outside the checkout (IMAGE_TARGET_DIR), so that a fresh clone
+  # rebuilds only this crate, not its dependencies.
   triple=$(rustc -vV | sed -n 's/^host: //p')
-  log "cargo build --release (static, $triple)"
+  target_dir=${IMAGE_TARGET_DIR:-${PGS_CACHE:-$HOME/.cache/podgroup-sync}/cargo-target-image}
+  log "cargo build --release (static, $triple, in $target_dir)"
   RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
-    cargo build --release --locked --target "$triple" --bin podgroup-sync >&2
-  BINARY=target/$triple/release/podgroup-sync
+    cargo build --release --locked --target "$triple" --target-dir "$target_dir" \
+    --bin podgroup-sync >&2
+  BINARY=$target_dir/$triple/release/podgroup-sync
 fi
 if readelf -l "$BINARY" | grep -q 'Requesting program interpreter'; then
   echo "image.sh: $BINARY is dynamically linked; the image has no libc to load it" >&2; exit 1
