@@ -33,6 +33,8 @@ use support::{Cluster, wait_for};
 /// What `tests/node/start.sh` started next to the control plane.
 struct Node {
     cluster: Cluster,
+    /// tests/node/start.sh's work directory.
+    dir: PathBuf,
     /// containerd's socket (to find a container's process).
     containerd_sock: PathBuf,
 }
@@ -95,6 +97,7 @@ fn start_node() -> Result<Node, String> {
     Ok(Node {
         cluster,
         containerd_sock: work.join("containerd.sock"),
+        dir: work,
     })
 }
 
@@ -552,6 +555,82 @@ async fn the_chart_runs_under_the_kubelet_with_the_in_cluster_configuration() {
     }
 
     leader_pod_deleted_hands_over(&client, &leader).await;
+    stopping_the_node_leaves_nothing_behind(node);
+}
+
+/// What stop.sh promises: no process of the node (kubelet, kube-proxy, kube-scheduler,
+/// containerd, shims, containers), no mount under its directory, no cgroup of its own.
+fn stopping_the_node_leaves_nothing_behind(node: &Node) {
+    let pids = std::fs::read_to_string(node.dir.join("pids")).unwrap_or_default();
+    let before: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|pid| in_node_cgroup(*pid))
+        .collect();
+    assert!(
+        before.len() >= 4,
+        "the containers (2 pause, 2 controllers) run in the node's cgroup: {before:?}"
+    );
+    let out = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node/stop.sh"))
+        .arg(&node.dir)
+        .output()
+        .expect("run tests/node/stop.sh");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = node.dir.to_string_lossy().into_owned();
+    let ours: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| {
+            let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            (cmdline.contains(&dir) || in_node_cgroup(pid)).then(|| format!("{pid}: {cmdline}"))
+        })
+        .collect();
+    assert!(
+        ours.is_empty(),
+        "still running: {ours:?} (pids were {pids})"
+    );
+    let mounts: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .nth(4)
+                .is_some_and(|m| m.starts_with(&dir))
+        })
+        .map(str::to_string)
+        .collect();
+    assert!(mounts.is_empty(), "still mounted: {mounts:?}");
+    let cgroup = node_cgroup_root(node);
+    let left: Vec<PathBuf> = std::fs::read_dir("/sys/fs/cgroup")
+        .unwrap()
+        .filter_map(|e| Some(e.ok()?.path().join(cgroup.trim_start_matches('/'))))
+        .chain([Path::new("/sys/fs/cgroup").join(cgroup.trim_start_matches('/'))])
+        .filter(|p| p.exists())
+        .collect();
+    assert!(left.is_empty(), "cgroups left: {left:?}");
+}
+
+/// The kubelet's cgroup root for this node, from start.sh's `env` file.
+fn node_cgroup_root(node: &Node) -> String {
+    let env = std::fs::read_to_string(node.dir.join("env")).expect("the node's env file");
+    env.lines()
+        .find_map(|l| l.strip_prefix("export CGROUP_ROOT="))
+        .expect("CGROUP_ROOT in the env file")
+        .trim_matches('\'')
+        .to_string()
+}
+
+fn in_node_cgroup(pid: u32) -> bool {
+    let root = format!("{}/", node_cgroup_root(node()));
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|c| {
+        c.lines()
+            .any(|l| l.split(':').nth(2).is_some_and(|p| p.starts_with(&root)))
+    })
 }
 
 /// Deleting the leader pod: the kubelet sends SIGTERM, the controller releases the Lease (a

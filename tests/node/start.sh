@@ -61,7 +61,8 @@ PAUSE_IMAGE=$(printf '%s\n' "$out" | sed -n 's/^PAUSE_IMAGE=//p' | tail -n 1)
 kubectl() { "$BIN/kubectl" --kubeconfig="$KC" "$@"; }
 
 # --- cgroups: a root of our own in every v1 hierarchy (cgroup v2: one directory) ---------------
-CGROUP_ROOT=/podgroup-sync-node-$(basename "$W")
+# Unique per work directory: two node tiers on one machine never share a cgroup.
+CGROUP_ROOT=/podgroup-sync-node-$(printf %s "$W" | sha256sum | cut -c1-12)
 if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
   mkdir -p "/sys/fs/cgroup$CGROUP_ROOT"
 else

@@ -21,7 +21,8 @@ exec 8>>"$W/node-stop.lock"
 flock 8
 
 SOCK=$W/containerd.sock
-CGROUP_ROOT=/podgroup-sync-node-$(basename "$W")
+# Unique per work directory: two node tiers on one machine never share a cgroup.
+CGROUP_ROOT=/podgroup-sync-node-$(printf %s "$W" | sha256sum | cut -c1-12)
 ctr_() { timeout 10 ctr --address "$SOCK" --namespace k8s.io "$@"; }
 
 # 1. Everything but containerd, through the generic stop (it skips what is no longer ours). The
