@@ -187,12 +187,23 @@ fn the_image_is_the_dockerfiles_layout_static_and_non_root() {
     let layers = manifest["layers"].as_array().unwrap();
     assert_eq!(layers.len(), 1, "{manifest}");
     let dir = tempdir("image-layer");
+    let binary = only_the_static_binary(&archive, layers[0]["digest"].as_str().unwrap(), &dir);
+    let size = std::fs::metadata(&archive).unwrap().len();
+    let layer_size = layers[0]["size"].as_u64().unwrap();
+    eprintln!(
+        "figure: image archive {:.1} MiB (compressed layer {:.1} MiB; binary {:.1} MiB)",
+        size as f64 / 1048576.0,
+        layer_size as f64 / 1048576.0,
+        std::fs::metadata(&binary).unwrap().len() as f64 / 1048576.0
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Unpacks the layer `digest` into `dir`, asserts it holds only the podgroup-sync binary (and its
+/// directories), statically linked and runnable; returns the binary's path.
+fn only_the_static_binary(archive: &Path, digest: &str, dir: &Path) -> PathBuf {
     let layer = dir.join("layer.tar.gz");
-    std::fs::write(
-        &layer,
-        blob(&archive, layers[0]["digest"].as_str().unwrap()),
-    )
-    .unwrap();
+    std::fs::write(&layer, blob(archive, digest)).unwrap();
     let listing = Command::new("tar")
         .arg("-tzf")
         .arg(&layer)
@@ -222,7 +233,7 @@ fn the_image_is_the_dockerfiles_layout_static_and_non_root() {
         .arg("-xzf")
         .arg(&layer)
         .arg("-C")
-        .arg(&dir)
+        .arg(dir)
         .status()
         .unwrap();
     assert!(unpacked.success());
@@ -243,15 +254,7 @@ fn the_image_is_the_dockerfiles_layout_static_and_non_root() {
         String::from_utf8_lossy(&version.stdout).contains(env!("CARGO_PKG_VERSION")),
         "{version:?}"
     );
-    let size = std::fs::metadata(&archive).unwrap().len();
-    let layer_size = layers[0]["size"].as_u64().unwrap();
-    eprintln!(
-        "figure: image archive {:.1} MiB (compressed layer {:.1} MiB; binary {:.1} MiB)",
-        size as f64 / 1048576.0,
-        layer_size as f64 / 1048576.0,
-        std::fs::metadata(&binary).unwrap().len() as f64 / 1048576.0
-    );
-    let _ = std::fs::remove_dir_all(&dir);
+    binary
 }
 
 fn tempdir(what: &str) -> PathBuf {
@@ -484,62 +487,7 @@ async fn the_chart_runs_under_the_kubelet_with_the_in_cluster_configuration() {
         .sum();
     assert_eq!(leaders, 1.0, "exactly one endpoint leads");
 
-    // The lifecycle of one job per kind, both backends, through the in-cluster configuration.
-    let ns = support::test_namespace(
-        &client,
-        "node-jobs",
-        &[("podgroup-sync.io/enabled", "true")],
-    )
-    .await;
-    let log = || pod_logs(cluster, &leader);
-    for (i, kind) in KINDS.into_iter().enumerate() {
-        let backend = [Backend::SchedulerPlugins, Backend::Volcano][i % 2];
-        let name = format!("gang-{}", i);
-        Gang {
-            client: &client,
-            ns: &ns,
-            kind,
-            backend,
-            name: &name,
-            log: &log,
-        }
-        .whole_lifecycle()
-        .await;
-    }
-
-    // The API server reaches the webhook through its Service: a pod of a job created without
-    // links comes back linked (a dry run: nothing is left to schedule).
-    let job = jobs::create(
-        &client,
-        &ns,
-        jobs::Kind::PyTorchJob,
-        &unlinked(jobs::job(
-            jobs::Kind::PyTorchJob,
-            Backend::SchedulerPlugins,
-            "webhooked",
-            2,
-        )),
-    )
-    .await;
-    let pod = operator_pod(jobs::Kind::PyTorchJob, &job, "Worker", None);
-    let answered = Api::<Pod>::namespaced(client.clone(), &ns)
-        .create(
-            &PostParams {
-                dry_run: true,
-                ..Default::default()
-            },
-            &pod,
-        )
-        .await
-        .expect("dry-run create of a worker pod");
-    assert_eq!(
-        link_of(&answered, Backend::SchedulerPlugins),
-        (
-            Some("webhooked".into()),
-            Some("scheduler-plugins-scheduler".into())
-        ),
-        "the webhook answered through its Service"
-    );
+    jobs_of_every_kind_and_the_webhook(&client, cluster, &leader).await;
 
     // Nothing restarted meanwhile: the liveness probe held, the process never exited.
     for pod in controller_pods(&client).await {
@@ -631,6 +579,67 @@ fn in_node_cgroup(pid: u32) -> bool {
         c.lines()
             .any(|l| l.split(':').nth(2).is_some_and(|p| p.starts_with(&root)))
     })
+}
+
+/// The lifecycle of one job per kind (both backends) through the in-cluster configuration, and
+/// the API server calling the webhook through its Service.
+async fn jobs_of_every_kind_and_the_webhook(
+    client: &kube::Client,
+    cluster: &Cluster,
+    leader: &str,
+) {
+    // The lifecycle of one job per kind, both backends, through the in-cluster configuration.
+    let ns =
+        support::test_namespace(client, "node-jobs", &[("podgroup-sync.io/enabled", "true")]).await;
+    let log = || pod_logs(cluster, leader);
+    for (i, kind) in KINDS.into_iter().enumerate() {
+        let backend = [Backend::SchedulerPlugins, Backend::Volcano][i % 2];
+        let name = format!("gang-{}", i);
+        Gang {
+            client,
+            ns: &ns,
+            kind,
+            backend,
+            name: &name,
+            log: &log,
+        }
+        .whole_lifecycle()
+        .await;
+    }
+
+    // The API server reaches the webhook through its Service: a pod of a job created without
+    // links comes back linked (a dry run: nothing is left to schedule).
+    let job = jobs::create(
+        client,
+        &ns,
+        jobs::Kind::PyTorchJob,
+        &unlinked(jobs::job(
+            jobs::Kind::PyTorchJob,
+            Backend::SchedulerPlugins,
+            "webhooked",
+            2,
+        )),
+    )
+    .await;
+    let pod = operator_pod(jobs::Kind::PyTorchJob, &job, "Worker", None);
+    let answered = Api::<Pod>::namespaced(client.clone(), &ns)
+        .create(
+            &PostParams {
+                dry_run: true,
+                ..Default::default()
+            },
+            &pod,
+        )
+        .await
+        .expect("dry-run create of a worker pod");
+    assert_eq!(
+        link_of(&answered, Backend::SchedulerPlugins),
+        (
+            Some("webhooked".into()),
+            Some("scheduler-plugins-scheduler".into())
+        ),
+        "the webhook answered through its Service"
+    );
 }
 
 /// Deleting the leader pod: the kubelet sends SIGTERM, the controller releases the Lease (a
