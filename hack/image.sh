@@ -1,16 +1,15 @@
 #!/usr/bin/env bash
 # Builds the podgroup-sync container image with no registry and no container engine: the release
 # binary linked statically (glibc's static libc, `-C target-feature=+crt-static`) on an empty
-# base, assembled into an OCI image archive by umoci (Debian package `umoci`, installed with
-# apt-get when missing). The layout is the Dockerfile's: /usr/local/bin/podgroup-sync, user
+# base, assembled into an OCI image archive by hack/oci-archive.sh (Debian's umoci). The layout is the Dockerfile's: /usr/local/bin/podgroup-sync, user
 # 65532:65532, entrypoint the binary, command `run`, nothing written to the root filesystem.
 #
 # usage: hack/image.sh [--binary FILE] [--out FILE] [--tag TAG]
 #   --binary FILE   use this (static) binary instead of building it
-# environment: IMAGE_TARGET_DIR (default $PGS_CACHE/cargo-target-image, PGS_CACHE defaulting to
-# ~/.cache/podgroup-sync): cargo's build directory for the static binary
 #   --out FILE      the OCI archive (default target/image/podgroup-sync-TAG.oci.tar)
 #   --tag TAG       the image tag (default: the crate version)
+# environment: IMAGE_TARGET_DIR (default $PGS_CACHE/cargo-target-image, PGS_CACHE defaulting to
+# ~/.cache/podgroup-sync): cargo's build directory for the static binary
 # The last stdout line is IMAGE=<archive>; the image's name inside is podgroup-sync:TAG
 # (org.opencontainers.image.ref.name), which `ctr images import` and `skopeo` understand.
 set -euo pipefail
@@ -28,11 +27,6 @@ while [ $# -gt 0 ]; do
 done
 TAG=${TAG:-$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)}
 OUT=${OUT:-target/image/podgroup-sync-$TAG.oci.tar}
-
-if ! command -v umoci >/dev/null; then
-  log "installing umoci (apt-get)"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends umoci >&2
-fi
 
 if [ -z "$BINARY" ]; then
   # --target keeps the static flag off build scripts and proc macros (they must stay dynamic).
@@ -54,28 +48,12 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/podgroup-sync-image.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/rootfs/usr/local/bin"
 install -m 0755 "$BINARY" "$work/rootfs/usr/local/bin/podgroup-sync"
-# Fixed times and owners: the same binary gives the same layer digest.
-touch -h -d @0 "$work/rootfs" "$work/rootfs/usr" "$work/rootfs/usr/local" \
-  "$work/rootfs/usr/local/bin" "$work/rootfs/usr/local/bin/podgroup-sync"
 
-umoci init --layout "$work/layout"
-umoci new --image "$work/layout:$TAG"
-# The layer is GNU tar's (fixed order, times and owners), added verbatim: `umoci insert` of
-# Debian's umoci 0.4.7 writes a layer without the last file's padding and the end-of-archive
-# blocks, which containerd accepts and GNU tar and Python's tarfile reject.
-tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$work/rootfs" -cf "$work/layer.tar" .
-umoci raw add-layer --history.created 1970-01-01T00:00:00Z --history.created_by "hack/image.sh" \
-  --image "$work/layout:$TAG" "$work/layer.tar" >&2
-umoci config --history.created 1970-01-01T00:00:00Z --history.created_by "hack/image.sh" --image "$work/layout:$TAG" --created 1970-01-01T00:00:00Z \
-  --author podgroup-sync --os linux --architecture amd64 \
+hack/oci-archive.sh "$work/rootfs" "$OUT" "$TAG" hack/image.sh \
+  --author podgroup-sync \
   --config.user 65532:65532 --config.entrypoint /usr/local/bin/podgroup-sync --config.cmd run \
   --config.exposedports 8080/tcp --config.exposedports 9443/tcp \
   --config.label org.opencontainers.image.title=podgroup-sync \
   --config.label "org.opencontainers.image.version=$TAG"
-umoci gc --layout "$work/layout"
-
-mkdir -p "$(dirname "$OUT")"
-tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$work/layout" -cf "$OUT.tmp" .
-mv "$OUT.tmp" "$OUT"
 log "built $OUT ($(du -k "$OUT" | cut -f1) KiB; binary $(du -k "$BINARY" | cut -f1) KiB)"
 echo "IMAGE=$OUT"

@@ -6,7 +6,7 @@
 #                     built from the Go module proxy beside the control plane's binaries
 #                     (tests/cluster/get-binaries.sh with K8S_NODE=1), the same Kubernetes version
 #   the pause image   built from the Kubernetes module's own source (build/pause/linux/pause.c,
-#                     gcc -static) into an OCI archive, cached as
+#                     gcc -static) into an OCI archive (hack/oci-archive.sh), cached as
 #                     $PGS_CACHE/images/pause-<tag>-k8s-v<version>.oci.tar
 # Nothing is pulled from a container registry. Idempotent; progress goes to stderr and the last
 # stdout lines are BIN=<dir>, CRDS=<dir>, PAUSE=<archive> and PAUSE_IMAGE=<name:tag>.
@@ -55,18 +55,8 @@ if [ ! -s "$PAUSE" ]; then
   # The upstream Makefile's flags, with the version string it would stamp.
   gcc -Os -Wall -Werror -static "-DVERSION=v$tag-podgroup-sync" -o "$work/rootfs/pause" "$src/linux/pause.c"
   strip "$work/rootfs/pause"
-  touch -h -d @0 "$work/rootfs" "$work/rootfs/pause"
-  stamp=(--history.created 1970-01-01T00:00:00Z --history.created_by tests/node/get-node.sh)
-  umoci init --layout "$work/layout"
-  umoci new --image "$work/layout:$tag"
-  # GNU tar's layer, added verbatim (hack/image.sh says why not `umoci insert`).
-  tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$work/rootfs" -cf "$work/layer.tar" .
-  umoci raw add-layer "${stamp[@]}" --image "$work/layout:$tag" "$work/layer.tar" >&2
-  umoci config "${stamp[@]}" --image "$work/layout:$tag" --created 1970-01-01T00:00:00Z \
-    --os linux --architecture amd64 --config.user 65535:65535 --config.entrypoint /pause
-  umoci gc --layout "$work/layout"
-  tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$work/layout" -cf "$PAUSE.tmp" .
-  mv "$PAUSE.tmp" "$PAUSE"
+  "$HERE/../../hack/oci-archive.sh" "$work/rootfs" "$PAUSE" "$tag" tests/node/get-node.sh \
+    --config.user 65535:65535 --config.entrypoint /pause
   log "built $PAUSE ($(du -k "$PAUSE" | cut -f1) KiB)"
 fi
 
