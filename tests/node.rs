@@ -20,14 +20,14 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, ListParams, PostParams, ResourceExt};
+use kube::api::{Api, DeleteParams, ListParams, ResourceExt};
 use serde_json::{Value, json};
 
 use support::chart::{chart_dir, helm_stderr, run_helm};
 use support::controller::{http_get, metric_sum};
 use support::jobs::{self, Backend, KINDS};
 use support::lifecycle::Gang;
-use support::webhook::{link_of, operator_pod, unlinked};
+use support::webhook::{dry_run_create, link_of, operator_pod, unlinked};
 use support::{Cluster, wait_for};
 
 /// What `tests/node/start.sh` started next to the control plane.
@@ -331,15 +331,18 @@ async fn lease_holder(client: &kube::Client) -> Option<String> {
         .and_then(|s| s.holder_identity)
 }
 
-/// The host PID of a pod's first container, from containerd's task list.
-fn container_pid(node: &Node, pod: &Pod) -> u32 {
-    let id = pod
-        .status
+fn first_container(pod: &Pod) -> &k8s_openapi::api::core::v1::ContainerStatus {
+    &pod.status
         .as_ref()
         .unwrap()
         .container_statuses
         .as_ref()
         .unwrap()[0]
+}
+
+/// The host PID of a pod's first container, from containerd's task list.
+fn container_pid(node: &Node, pod: &Pod) -> u32 {
+    let id = first_container(pod)
         .container_id
         .clone()
         .expect("a container ID");
@@ -491,14 +494,7 @@ async fn the_chart_runs_under_the_kubelet_with_the_in_cluster_configuration() {
 
     // Nothing restarted meanwhile: the liveness probe held, the process never exited.
     for pod in controller_pods(&client).await {
-        let restarts = pod
-            .status
-            .as_ref()
-            .unwrap()
-            .container_statuses
-            .as_ref()
-            .unwrap()[0]
-            .restart_count;
+        let restarts = first_container(&pod).restart_count;
         assert_eq!(restarts, 0, "{} restarted", pod.name_any());
     }
 
@@ -622,16 +618,7 @@ async fn jobs_of_every_kind_and_the_webhook(
     )
     .await;
     let pod = operator_pod(jobs::Kind::PyTorchJob, &job, "Worker", None);
-    let answered = Api::<Pod>::namespaced(client.clone(), &ns)
-        .create(
-            &PostParams {
-                dry_run: true,
-                ..Default::default()
-            },
-            &pod,
-        )
-        .await
-        .expect("dry-run create of a worker pod");
+    let answered = dry_run_create(client, &ns, &pod).await;
     assert_eq!(
         link_of(&answered, Backend::SchedulerPlugins),
         (

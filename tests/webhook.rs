@@ -416,16 +416,7 @@ async fn rule_8_a_dry_run_create_is_linked_the_same_and_leaves_nothing_behind() 
     let job = unlinked_job(&client, &ns, Kind::PyTorchJob, "dry-create").await;
     let pod = operator_pod(Kind::PyTorchJob, &job, "Worker", None);
     let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let answered = api
-        .create(
-            &PostParams {
-                dry_run: true,
-                ..Default::default()
-            },
-            &pod,
-        )
-        .await
-        .expect("dry-run create");
+    let answered = wh::dry_run_create(&client, &ns, &pod).await;
     assert_eq!(
         link_of(&answered, Backend::SchedulerPlugins),
         (

@@ -245,6 +245,20 @@ pub async fn create_pod(client: &Client, ns: &str, pod: &Pod) -> Pod {
         .expect("create pod")
 }
 
+/// A dry-run create of `pod`: what the API server (and every admission webhook) would store.
+pub async fn dry_run_create(client: &Client, ns: &str, pod: &Pod) -> Pod {
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .create(
+            &PostParams {
+                dry_run: true,
+                ..Default::default()
+            },
+            pod,
+        )
+        .await
+        .expect("dry-run create")
+}
+
 /// The pod's link for `backend` (label or annotation) and its schedulerName.
 pub fn link_of(pod: &Pod, backend: Backend) -> (Option<String>, Option<String>) {
     let link = match backend {
