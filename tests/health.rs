@@ -444,17 +444,12 @@ async fn a_missing_or_closed_volcano_queue_is_reported() {
 
 /// `podgroup-sync explain` with these arguments; its standard output.
 fn explain(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_podgroup-sync"))
-        .arg("explain")
-        .args(args)
-        .output()
-        .expect("run explain");
-    assert!(
-        out.status.success(),
-        "explain {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    String::from_utf8(support::stdout_of(
+        Command::new(env!("CARGO_BIN_EXE_podgroup-sync"))
+            .arg("explain")
+            .args(args),
+    ))
+    .unwrap()
 }
 
 #[tokio::test]

@@ -28,7 +28,7 @@ use support::controller::{http_get, metric_sum};
 use support::jobs::{self, Backend, KINDS};
 use support::lifecycle::Gang;
 use support::webhook::{dry_run_create, link_of, operator_pod, unlinked};
-use support::{Cluster, wait_for};
+use support::{Cluster, stdout_of, wait_for};
 
 /// What `tests/node/start.sh` started next to the control plane.
 struct Node {
@@ -105,14 +105,7 @@ fn start_node() -> Result<Node, String> {
 
 /// A file of the OCI archive, by path inside it.
 fn archive_file(archive: &Path, path: &str) -> Vec<u8> {
-    let out = Command::new("tar")
-        .arg("-xOf")
-        .arg(archive)
-        .arg(path)
-        .output()
-        .expect("run tar");
-    assert!(out.status.success(), "tar -xOf {path}: {:?}", out.status);
-    out.stdout
+    stdout_of(Command::new("tar").arg("-xOf").arg(archive).arg(path))
 }
 
 fn blob(archive: &Path, digest: &str) -> Vec<u8> {
@@ -204,13 +197,9 @@ fn the_image_is_the_dockerfiles_layout_static_and_non_root() {
 fn only_the_static_binary(archive: &Path, digest: &str, dir: &Path) -> PathBuf {
     let layer = dir.join("layer.tar.gz");
     std::fs::write(&layer, blob(archive, digest)).unwrap();
-    let listing = Command::new("tar")
-        .arg("-tzf")
-        .arg(&layer)
-        .output()
-        .expect("tar -tzf");
-    assert!(listing.status.success(), "the layer is a valid tar.gz");
-    let files: Vec<String> = String::from_utf8_lossy(&listing.stdout)
+    // tar fails unless the layer is a valid tar.gz.
+    let listing = stdout_of(Command::new("tar").arg("-tzf").arg(&layer));
+    let files: Vec<String> = String::from_utf8_lossy(&listing)
         .lines()
         .map(|l| {
             l.trim_start_matches("./")
@@ -229,21 +218,16 @@ fn only_the_static_binary(archive: &Path, digest: &str, dir: &Path) -> PathBuf {
         ],
         "{files:?}"
     );
-    let unpacked = Command::new("tar")
-        .arg("-xzf")
-        .arg(&layer)
-        .arg("-C")
-        .arg(dir)
-        .status()
-        .unwrap();
-    assert!(unpacked.success());
+    stdout_of(
+        Command::new("tar")
+            .arg("-xzf")
+            .arg(&layer)
+            .arg("-C")
+            .arg(dir),
+    );
     let binary = dir.join("usr/local/bin/podgroup-sync");
-    let headers = Command::new("readelf")
-        .arg("-l")
-        .arg(&binary)
-        .output()
-        .expect("readelf");
-    let headers = String::from_utf8_lossy(&headers.stdout);
+    let headers = stdout_of(Command::new("readelf").arg("-l").arg(&binary));
+    let headers = String::from_utf8_lossy(&headers);
     assert!(headers.contains("LOAD"), "an ELF executable: {headers}");
     assert!(
         !headers.contains("INTERP"),
@@ -515,14 +499,9 @@ fn stopping_the_node_leaves_nothing_behind(node: &Node) {
         before.len() >= 4,
         "the containers (2 pause, 2 controllers) run in the node's cgroup: {before:?}"
     );
-    let out = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node/stop.sh"))
-        .arg(&node.dir)
-        .output()
-        .expect("run tests/node/stop.sh");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    stdout_of(
+        Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node/stop.sh"))
+            .arg(&node.dir),
     );
     let dir = node.dir.to_string_lossy().into_owned();
     let ours: Vec<String> = std::fs::read_dir("/proc")

@@ -180,17 +180,12 @@ fn etcd_revision(etcd_url: &str) -> i64 {
 }
 
 fn curl_json(base: &str, path: &str, body: &str) -> String {
-    let out = Command::new("curl")
-        .args(["-sS", "--max-time", "10", "-X", "POST", "-d", body])
-        .arg(format!("{base}{path}"))
-        .output()
-        .expect("run curl");
-    assert!(
-        out.status.success(),
-        "curl {path}: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = super::stdout_of(
+        Command::new("curl")
+            .args(["-sS", "--max-time", "10", "-X", "POST", "-d", body])
+            .arg(format!("{base}{path}")),
     );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Compacts etcd's history up to its current revision: a watch that resumes from an earlier

@@ -253,6 +253,23 @@ fn reuse_cluster(kubeconfig: PathBuf) -> Result<Cluster, String> {
     })
 }
 
+/// Runs `command` and returns its standard output; panics unless it ran and succeeded, naming
+/// the command and quoting its stderr.
+pub fn stdout_of(command: &mut Command) -> Vec<u8> {
+    let what = format!("{command:?}");
+    let out = command
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("running {what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
 /// A control plane of the caller's own (not the shared one), started now: for tests that stop
 /// and kill its processes. Stopped when this test process exits, like the shared one.
 pub fn private_cluster() -> Cluster {

@@ -23,16 +23,7 @@ pub struct Certs {
 }
 
 fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("run openssl");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    super::stdout_of(Command::new("openssl").current_dir(dir).args(args));
 }
 
 /// A fresh CA named `ca_name` and a serving certificate for 127.0.0.1 signed by it, written as
