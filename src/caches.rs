@@ -28,6 +28,8 @@ pub struct Caches {
     pub pod_groups: Arc<RwLock<BTreeMap<BackendKind, Store<DynamicObject>>>>,
     /// The cached PodGroups by the UID of the job that controls them.
     pub owned: OwnedIndex,
+    /// Our PodGroup writes whose watch events are still to come (their echo requeues nothing).
+    pub own_writes: crate::own_writes::OwnWrites,
     /// The job cache of each watched kind (read by the pod-link webhook).
     pub jobs: JobStores,
     /// Pods of managed jobs created without a link (kept only with the webhook on).

@@ -175,6 +175,7 @@ impl ContextCaches {
             runtime_classes: self.runtime_classes,
             pod_groups: Default::default(),
             owned: Default::default(),
+            own_writes: Default::default(),
             jobs: Default::default(),
             unlinked: Default::default(),
             capacity: self.capacity,

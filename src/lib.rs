@@ -6,7 +6,8 @@
 //! out: the only I/O that writes) → [`events`] and [`metrics`]. [`discovery`] says which CRDs are
 //! served and [`running`] starts and stops the watches to match; [`watch`] feeds the [`caches`]
 //! and the reconcile queue so that nothing is lost across a fault; [`liveness`] says when a
-//! cache is not fresh; [`controller`] wires it all. The pod-link [`webhook`] answers pod admissions from the same
+//! cache is not fresh; [`own_writes`] keeps the echo of our own writes from requeueing a job;
+//! [`controller`] wires it all. The pod-link [`webhook`] answers pod admissions from the same
 //! caches, through the same backend choice and PodGroup name.
 
 pub mod backend;
@@ -25,6 +26,7 @@ pub mod kinds;
 pub mod leader;
 pub mod liveness;
 pub mod metrics;
+pub mod own_writes;
 pub mod plan;
 pub mod quantity;
 pub mod reconcile;

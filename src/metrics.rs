@@ -22,6 +22,7 @@ pub struct Metrics {
     pub reconcile_total: IntCounterVec,
     pub reconcile_duration: HistogramVec,
     pub podgroup_writes: IntCounterVec,
+    pub own_write_echoes: IntCounterVec,
     pub podgroups: IntGaugeVec,
     pub job_to_podgroup: HistogramVec,
     pub gang_wait: HistogramVec,
@@ -110,6 +111,11 @@ impl Metrics {
             "podgroup_sync_podgroup_writes_total",
             "PodGroup writes sent to the API server by backend and operation (create, update, delete).",
             &["backend", "op"],
+        );
+        let own_write_echoes = counter_vec(
+            "podgroup_sync_own_write_echoes_total",
+            "PodGroup watch events that only echoed podgroup-sync's own write, by backend: they requeue no job.",
+            &["backend"],
         );
         let podgroups = gauge_vec(
             "podgroup_sync_podgroups",
@@ -252,6 +258,7 @@ impl Metrics {
             reconcile_total,
             reconcile_duration,
             podgroup_writes,
+            own_write_echoes,
             podgroups,
             job_to_podgroup,
             gang_wait,
@@ -288,6 +295,7 @@ impl Metrics {
                 self.podgroup_writes.with_label_values(&[b.as_str(), op]);
             }
             self.backend_unavailable.with_label_values(&[b.as_str()]);
+            self.own_write_echoes.with_label_values(&[b.as_str()]);
             self.broken_gangs.with_label_values(&[b.as_str()]);
             for r in ["capacity", "queue"] {
                 self.infeasible_gangs.with_label_values(&[b.as_str(), r]);
@@ -345,6 +353,7 @@ impl Metrics {
         add(self.reconcile_total.desc());
         add(self.reconcile_duration.desc());
         add(self.podgroup_writes.desc());
+        add(self.own_write_echoes.desc());
         add(self.podgroups.desc());
         add(self.job_to_podgroup.desc());
         add(self.gang_wait.desc());

@@ -27,7 +27,7 @@ use crate::health::JobHealth;
 use crate::job::{InvalidJob, JobKind};
 use crate::liveness::InFlight;
 use crate::metrics::Metrics;
-use crate::plan::{self, Delete, Input, Op, Outcome, Plan, SeenPhase, Tally, Write};
+use crate::plan::{self, Delete, Input, Op, Outcome, Plan, PodGroups, SeenPhase, Tally, Write};
 
 /// The field manager of every write.
 pub const FIELD_MANAGER: &str = "podgroup-sync";
@@ -432,7 +432,8 @@ async fn apply(ctx: &Context, namespace: &str, write: &Write) -> Result<(), Erro
     );
     // Force: the fields podgroup-sync owns are its to set, even after someone edited them.
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    api.patch(&write.name, &params, &Patch::Apply(&write.body))
+    let written = api
+        .patch(&write.name, &params, &Patch::Apply(&write.body))
         .await
         .map_err(|source| Error::Write {
             action: write.op.as_str(),
@@ -440,6 +441,19 @@ async fn apply(ctx: &Context, namespace: &str, write: &Write) -> Result<(), Erro
             name: write.name.clone(),
             source,
         })?;
+    // The watch event of this write tells the job nothing new: it need not requeue it.
+    if let Some(version) = written.metadata.resource_version.as_deref() {
+        let cached = ctx.caches.get(write.backend, namespace, &write.name);
+        ctx.caches.own_writes.wrote(
+            write.backend,
+            namespace,
+            &write.name,
+            version,
+            cached
+                .as_ref()
+                .and_then(|c| c.metadata.resource_version.as_deref()),
+        );
+    }
     ctx.metrics
         .podgroup_writes
         .with_label_values(&[write.backend.as_str(), write.op.as_str()])

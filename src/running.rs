@@ -146,6 +146,7 @@ impl Running {
             self.liveness.probe(&resource),
             self.metrics.clone(),
             self.caches.owned.clone(),
+            self.caches.own_writes.clone(),
         );
         let synced = tokio::select! {
             r = store.wait_until_ready() => r.is_ok(),

@@ -28,6 +28,7 @@ use crate::backend::BackendKind;
 use crate::caches::OwnedIndex;
 use crate::liveness::Probe;
 use crate::metrics::Metrics;
+use crate::own_writes::OwnWrites;
 use crate::reconcile::FIELD_MANAGER;
 use crate::trigger::{Trigger, owner_trigger};
 
@@ -176,9 +177,10 @@ where
     (reader, handle)
 }
 
-/// The PodGroup cache of one backend. A change requeues the owning job; a completed relist
-/// rebuilds the owner index from the store (a PodGroup deleted while the watch was down leaves
-/// no event behind) and requeues every job.
+/// The PodGroup cache of one backend. A change requeues the owning job — unless it is only the
+/// echo of our own write (see `own_writes`); a completed relist rebuilds the owner index from
+/// the store (a PodGroup deleted while the watch was down leaves no event behind) and requeues
+/// every job.
 pub fn spawn_pod_group_cache(
     client: Client,
     backend: BackendKind,
@@ -186,6 +188,7 @@ pub fn spawn_pod_group_cache(
     probe: Probe,
     metrics: Arc<Metrics>,
     owned: OwnedIndex,
+    own_writes: OwnWrites,
 ) -> (Store<DynamicObject>, JoinHandle<()>) {
     let ar = backend.backend().api_resource();
     let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
@@ -215,10 +218,23 @@ pub fn spawn_pod_group_cache(
                     Ok(watcher::Event::Apply(pg)) | Ok(watcher::Event::Delete(pg)) => {
                         let deleted = matches!(ev, Ok(watcher::Event::Delete(_)));
                         owned.observe(backend, pg, deleted);
-                        if let Some(t) = owner_trigger(pg) {
+                        let echo = if deleted {
+                            own_writes.forget(backend, pg);
+                            false
+                        } else {
+                            own_writes.is_echo(backend, pg)
+                        };
+                        if echo {
+                            metrics
+                                .own_write_echoes
+                                .with_label_values(&[backend.as_str()])
+                                .inc();
+                        } else if let Some(t) = owner_trigger(pg) {
                             let _ = triggers.send(t);
                         }
                     }
+                    // A relist's objects are not echoes of anything remembered.
+                    Ok(watcher::Event::Init) => own_writes.forget_backend(backend),
                     Ok(watcher::Event::InitDone) => {
                         owned.replace(backend, &store.state());
                         // After the first list, the discovery loop requeues every job once the
