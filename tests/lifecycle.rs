@@ -410,3 +410,66 @@ async fn a_pod_group_the_job_controls_but_we_did_not_make_is_left_alone() {
         created.metadata.resource_version
     );
 }
+
+/// Issue 15: the watch event that only echoes the controller's own write requeues nothing —
+/// and a change someone else makes right after that write is still seen and undone. A watcher
+/// edits `minMember` the moment it sees each write of the controller (so the foreign write
+/// lands between the controller's write and the processing of its echo, or just after); every
+/// time, the controller restores it.
+#[tokio::test]
+async fn a_foreign_edit_right_after_our_write_is_not_lost_to_the_echo_skip() {
+    use futures::StreamExt;
+    use kube::api::{Patch, PatchParams};
+    use kube::runtime::{WatchStreamExt, watcher};
+
+    let (client, ns) = setup("echo", &[ENABLED]).await;
+    let (kind, b) = (Kind::PyTorchJob, Backend::SchedulerPlugins);
+    let echoes = |c: &Controller| c.metric("podgroup_sync_own_write_echoes_total", &[]);
+    let echoes_before = echoes(&CONTROLLER.get().unwrap().lock().unwrap());
+    jobs::create(&client, &ns, kind, &jobs::job(kind, b, "race", 1)).await;
+    wait_pg(&client, &ns, b, "race", "created", |_| true).await;
+
+    let pgs = jobs::api(&client, &ns, &b.ar());
+    let cfg = watcher::Config::default().fields("metadata.name=race");
+    let mut stream = Box::pin(watcher(pgs.clone(), cfg).applied_objects());
+    let foreign = PatchParams {
+        field_manager: Some("someone-else".into()),
+        ..PatchParams::default()
+    };
+    for workers in 2..=11u32 {
+        let want = expected_spec_of(kind, b, workers)["minMember"].clone();
+        jobs::patch(&client, &ns, kind, "race", kind.scale(workers), false).await;
+        // The controller's write, seen on the watch: edit it at once.
+        let edited_after = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+            while let Some(Ok(pg)) = stream.next().await {
+                if spec(&pg)["minMember"] == want {
+                    let edit = json!({"spec": {"minMember": 99}});
+                    let r = pgs.patch("race", &foreign, &Patch::Merge(&edit)).await;
+                    return r.expect("foreign edit").metadata.resource_version;
+                }
+            }
+            None
+        })
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "the write for {workers} workers never came; {}",
+                controller_log()
+            )
+        });
+        let pg = wait_pg(&client, &ns, b, "race", "foreign edit undone", |pg| {
+            spec(pg)["minMember"] == want && pg.metadata.resource_version != edited_after
+        })
+        .await;
+        assert_eq!(
+            spec(&pg),
+            expected_spec_of(kind, b, workers),
+            "{workers} workers"
+        );
+    }
+    let echoes_after = echoes(&CONTROLLER.get().unwrap().lock().unwrap());
+    assert!(
+        echoes_after > echoes_before,
+        "no echo was skipped ({echoes_before} → {echoes_after}): the test did not exercise the skip"
+    );
+}
