@@ -32,6 +32,7 @@ pub mod quantity;
 pub mod reconcile;
 pub mod resources;
 pub mod running;
+pub mod strip;
 pub mod trigger;
 pub mod unlinked;
 pub mod watch;

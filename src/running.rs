@@ -23,7 +23,7 @@ use crate::liveness::Liveness;
 use crate::metrics::Metrics;
 use crate::reconcile::{self, Context};
 use crate::trigger::{Trigger, job_refs};
-use crate::watch::{LAST_APPLIED, WatchBackoff, settled_objects, spawn_pod_group_cache};
+use crate::watch::{WatchBackoff, settled_objects, spawn_pod_group_cache};
 
 /// The liveness name of the Volcano Queue watch.
 const QUEUES: &str = "queues.scheduling.volcano.sh";
@@ -294,21 +294,16 @@ fn spawn_kind_controller(
     let probe = liveness.probe(kind_resource(kind));
     let watch_probe = probe.clone();
     let watch_metrics = ctx.metrics.clone();
-    // The cache keeps what a reconcile reads: field-manager bookkeeping and the last-applied
-    // copy of the whole job are dropped (they can double a job's size). Jobs reach the queue
-    // only once the cache holds them (see `settled_objects`).
+    // The cache keeps what a reconcile reads (see `strip`): field-manager bookkeeping, the
+    // last-applied copy and every template field no computation reads are dropped. Jobs reach
+    // the queue only once the cache holds them (see `settled_objects`).
     let stream = watcher(api, watcher::Config::default().any_semantic())
         .backoff(WatchBackoff::default())
         // A job relist needs no trigger: `settled_objects` hands every job on at its end.
         .inspect(move |event| {
             crate::watch::observe(&watch_probe, &watch_metrics, event);
         })
-        .modify(|job: &mut DynamicObject| {
-            job.metadata.managed_fields = None;
-            if let Some(a) = job.metadata.annotations.as_mut() {
-                a.remove(LAST_APPLIED);
-            }
-        })
+        .modify(move |job: &mut DynamicObject| crate::strip::job(kind, job))
         .reflect(writer);
     let stream = settled_objects(stream, jobs.clone());
     // The controller backs its input off once more after every error; without a backoff of

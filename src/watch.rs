@@ -29,11 +29,7 @@ use crate::caches::OwnedIndex;
 use crate::liveness::Probe;
 use crate::metrics::Metrics;
 use crate::own_writes::OwnWrites;
-use crate::reconcile::FIELD_MANAGER;
 use crate::trigger::{Trigger, owner_trigger};
-
-/// Dropped from cached objects: a second copy of the whole object.
-pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// First reconnect delay of a failed watch.
 pub const WATCH_BACKOFF_MIN: Duration = Duration::from_millis(250);
@@ -198,15 +194,7 @@ pub fn spawn_pod_group_cache(
     // Only what podgroup-sync reads is kept in memory.
     let stream = watcher(api, watcher::Config::default())
         .backoff(WatchBackoff::default())
-        .modify(|pg: &mut DynamicObject| {
-            if let Some(a) = pg.metadata.annotations.as_mut() {
-                a.remove(LAST_APPLIED);
-            }
-            // Its own field-manager entry says which fields it applied; the others are not read.
-            if let Some(m) = pg.metadata.managed_fields.as_mut() {
-                m.retain(|e| e.manager.as_deref() == Some(FIELD_MANAGER));
-            }
-        })
+        .modify(crate::strip::pod_group)
         .reflect(writer);
     let handle = tokio::spawn(async move {
         let _guard = probe.task_guard();
