@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Draws scale.png from a scale-benchmark output directory (curves.csv, summary.json).
+"""Draws scale.png from a scale-benchmark output directory (curves.csv, summary.json), or
+growth.png from a matrix's directory (growth.csv).
 
 usage: plot.py OUT_DIR
 
@@ -88,7 +89,47 @@ def main(out: Path) -> None:
     print(out / "scale.png")
 
 
+GROWTH_COLORS = {
+    "podgroup-sync": "tab:blue",
+    "bare client": "tab:green",
+    "training-operator": "tab:red",
+}
+
+
+def growth(out: Path) -> None:
+    """Convergence, peak RSS and CPU of the burst against the number of jobs (log-log)."""
+    rows = defaultdict(list)
+    with open(out / "growth.csv", newline="") as f:
+        for row in csv.DictReader(f):
+            rows[row["contender"]].append(row)
+    fig, axes = plt.subplots(1, 3, figsize=(17, 5.2))
+    panels = (
+        ("converge_s", "burst: every job has a correct PodGroup (s)"),
+        ("hwm_mib", "peak RSS (MiB, VmHWM)"),
+        ("cpu_s", "CPU seconds in the burst window"),
+    )
+    for ax, (field, title) in zip(axes, panels):
+        for contender, rs in rows.items():
+            pts = sorted((int(r["jobs"]), float(r[field])) for r in rs if r[field])
+            if pts:
+                ax.plot(*zip(*pts), marker="o", color=GROWTH_COLORS.get(contender), label=contender)
+        ax.set_title(title)
+        ax.set_xlabel("jobs")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(loc="upper left")
+    fig.suptitle("podgroup-sync scale benchmark — growth with the number of jobs", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(out / "growth.png", dpi=110)
+    print(out / "growth.png")
+
+
 if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit("usage: plot.py OUT_DIR")
-    main(Path(sys.argv[1]))
+    d = Path(sys.argv[1])
+    if (d / "growth.csv").exists():
+        growth(d)
+    else:
+        main(d)

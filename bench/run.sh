@@ -44,21 +44,30 @@ $CARGO build --release --bin podgroup-sync
 rc=0
 $CARGO bench --bench scale -- "${args[@]}" || rc=$?
 
-if [ "$plot" = 1 ] && [ -f "$out/curves.csv" ]; then
+if [ "$plot" = 1 ] && { [ -f "$out/curves.csv" ] || [ -f "$out/growth.csv" ]; }; then
   if ! "$VENV/bin/python" -c 'import matplotlib' >/dev/null 2>&1; then
     echo "[bench] creating $VENV with matplotlib" >&2
     rm -rf "$VENV"
     python3 -m venv "$VENV"
     "$VENV/bin/pip" install --quiet --disable-pip-version-check 'matplotlib>=3.8,<4'
   fi
-  "$VENV/bin/python" "$HERE/plot.py" "$out" || { echo "[bench] plotting failed" >&2; [ "$rc" != 0 ] || rc=1; }
+  # A matrix: its growth plot, and the convergence plot of each run.
+  for d in "$out" "$out"/*/; do
+    [ -f "$d/curves.csv" ] || [ -f "$d/growth.csv" ] || continue
+    "$VENV/bin/python" "$HERE/plot.py" "$d" || { echo "[bench] plotting $d failed" >&2; [ "$rc" != 0 ] || rc=1; }
+  done
 fi
 
 if [ "$publish" = 1 ]; then
   mkdir -p "$HERE/results"
-  for f in RESULTS.md scale.png summary.json curves.csv; do
+  for f in RESULTS.md scale.png summary.json curves.csv growth.png growth.csv matrix.json; do
     [ -f "$out/$f" ] && cp "$out/$f" "$HERE/results/$f"
   done
+  # A matrix: the convergence plot of its first run at the ratio size.
+  first=$(ls -d "$out"/*-run1 2>/dev/null | head -1)
+  if [ -n "$first" ] && [ -f "$first/scale.png" ]; then
+    cp "$first/scale.png" "$HERE/results/scale.png"
+  fi
   echo "[bench] published into $HERE/results" >&2
 fi
 echo "[bench] results: $out/RESULTS.md" >&2

@@ -28,23 +28,7 @@ impl Bench {
         );
         let w = Window::open("bare-burst", n, &client, &watch, "bare-", &check).await?;
         let posts = AtomicU64::new(0);
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Created>();
-        let writer = {
-            let client = client.clone();
-            tokio::spawn(async move {
-                futures::stream::unfold(
-                    rx,
-                    |mut rx| async move { rx.recv().await.map(|c| (c, rx)) },
-                )
-                .map(|job| {
-                    let client = client.clone();
-                    async move { apply_pod_group(&client, &job).await }
-                })
-                .buffer_unordered(c.max(1))
-                .try_collect::<Vec<()>>()
-                .await
-            })
-        };
+        let (tx, writer) = pod_group_writer(&client, c);
         let created =
             create_jobs(&client, "bare", n, m, self.cli.creators, Some(tx), &posts).await?;
         writer.await.map_err(|e| err(e.to_string()))??;
@@ -66,8 +50,66 @@ impl Bench {
         let p = w.close(&client, &created, &watch, true, 0.0).await?;
         let wrong = verify_pod_groups(&client, &created, &check, true).await?;
         self.conclude(p, ok, wrong);
+        if self.cli.steady_seconds > 0 {
+            self.bare_steady(&client, &watch, &check).await?;
+        }
         drop(watch);
         cp.stop();
         Ok(())
     }
+
+    /// (c) steady state: jobs at a constant rate into the cluster holding N jobs, each PodGroup
+    /// applied right after its job's create response.
+    async fn bare_steady(
+        &mut self,
+        client: &kube::Client,
+        watch: &PgWatch,
+        check: &Check,
+    ) -> Res<()> {
+        let (rate, secs_) = (self.cli.steady_rate, self.cli.steady_seconds);
+        let count = (rate * secs_ as f64).round() as usize;
+        log!("bare client, steady state: {count} jobs at {rate}/s");
+        let w = Window::open("bare-steady", count, client, watch, "bare-", check).await?;
+        let posts = AtomicU64::new(0);
+        let (tx, writer) = pod_group_writer(client, self.cli.concurrency as usize);
+        let created = create_jobs_at_rate(
+            client,
+            "bare",
+            count,
+            self.cli.namespaces,
+            rate,
+            Some(tx),
+            &posts,
+        )
+        .await?;
+        writer.await.map_err(|e| err(e.to_string()))??;
+        let ok = watch.wait_correct(count, self.converge_timeout()).await;
+        let posts = posts.load(Ordering::Relaxed) as f64;
+        let p = w.close(client, &created, watch, false, posts).await?;
+        let wrong = verify_pod_groups(client, &created, check, true).await?;
+        self.conclude(p, ok, wrong);
+        Ok(())
+    }
+}
+
+type Writer = tokio::task::JoinHandle<Res<Vec<()>>>;
+
+/// Applies the PodGroup of every job sent to it, `in_flight` at once, as soon as it arrives.
+fn pod_group_writer(
+    client: &kube::Client,
+    in_flight: usize,
+) -> (tokio::sync::mpsc::UnboundedSender<Created>, Writer) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Created>();
+    let client = client.clone();
+    let writer = tokio::spawn(async move {
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|c| (c, rx)) })
+            .map(|job| {
+                let client = client.clone();
+                async move { apply_pod_group(&client, &job).await }
+            })
+            .buffer_unordered(in_flight.max(1))
+            .try_collect::<Vec<()>>()
+            .await
+    });
+    (tx, writer)
 }

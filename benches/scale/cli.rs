@@ -70,6 +70,24 @@ pub(crate) struct Cli {
     /// Seconds get-e2e-binaries.sh may take to provide training-operator (it builds it if needed).
     #[arg(long, default_value_t = 900)]
     pub(crate) to_build_timeout: u64,
+    /// Steady state (issue 15): jobs created at this constant rate per second into the cluster
+    /// already holding --jobs, after the backlog phase (podgroup-sync and the bare client).
+    #[arg(long, default_value_t = 50.0)]
+    pub(crate) steady_rate: f64,
+    /// Seconds of the steady state (0: no steady-state phase).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) steady_seconds: u64,
+    /// Runs of every contender at --jobs (each on fresh control planes); the report gives the
+    /// median and the spread.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) repeat: usize,
+    /// Further sizes, run once each after the --repeat runs, as JOBS:NAMESPACES (repeatable or
+    /// comma-separated), e.g. --growth 1000:100,20000:1000: the growth table and plot.
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) growth: Vec<String>,
+    /// The sizes at which training-operator runs (default: every size up to 5000).
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) to_sizes: Vec<usize>,
     /// Set by `cargo bench`; without it the binary only prints how to run it.
     #[arg(long, hide = true)]
     pub(crate) bench: bool,

@@ -53,6 +53,7 @@ mod support;
 mod bare;
 mod bench;
 mod cli;
+mod matrix;
 mod ours;
 mod phase;
 mod procs;
@@ -65,6 +66,7 @@ mod workload;
 
 use bench::*;
 use cli::*;
+use matrix::*;
 use phase::*;
 use procs::*;
 use report::*;
@@ -160,6 +162,29 @@ async fn run(cli: Cli) -> Res<Bench> {
     Ok(b)
 }
 
+/// The matrix of issue 15 (see `matrix`): its runs, then the top-level report.
+async fn run_matrix(cli: Cli) -> Res<Vec<String>> {
+    let started = unix_now();
+    let out = cli
+        .out
+        .clone()
+        .unwrap_or_else(|| root().join(format!("target/bench/scale-{started}")));
+    std::fs::create_dir_all(&out)?;
+    let out = out.canonicalize()?;
+    let load_start = loadavg();
+    let runs = matrix(cli.clone(), &out).await?;
+    let load_end = loadavg();
+    write_matrix(&cli, &out, &runs, &load_start, &load_end, started)?;
+    log!(
+        "wrote {}/RESULTS.md, matrix.json, growth.csv",
+        out.display()
+    );
+    Ok(runs
+        .iter()
+        .flat_map(|r| r.failures.iter().map(move |f| format!("{}: {f}", r.dir)))
+        .collect())
+}
+
 fn main() -> ExitCode {
     if !std::env::args().any(|a| a == "--bench") {
         println!(
@@ -180,11 +205,16 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(run(cli)) {
-        Ok(b) if b.failures.is_empty() => ExitCode::SUCCESS,
-        Ok(b) => {
-            eprintln!("scale: {} correctness failure(s):", b.failures.len());
-            for f in &b.failures {
+    let result = if cli.repeat > 1 || !cli.growth.is_empty() {
+        rt.block_on(run_matrix(cli))
+    } else {
+        rt.block_on(run(cli)).map(|b| b.failures)
+    };
+    match result {
+        Ok(failures) if failures.is_empty() => ExitCode::SUCCESS,
+        Ok(failures) => {
+            eprintln!("scale: {} correctness failure(s):", failures.len());
+            for f in &failures {
                 eprintln!("  - {f}");
             }
             ExitCode::FAILURE

@@ -26,6 +26,9 @@ impl Bench {
         let (ctl, created) = self.pgs_burst(&ctx).await?;
         let ctl = self.pgs_restart(&ctx, ctl).await?;
         let mut ctl = self.pgs_backlog(&ctx, &created, ctl).await?;
+        if self.cli.steady_seconds > 0 {
+            self.pgs_steady(&ctx, &ctl).await?;
+        }
         tokio::task::block_in_place(|| ctl.terminate(Duration::from_secs(30)));
         drop(watch);
         cp.stop();
@@ -230,6 +233,47 @@ impl Bench {
         let wrong = verify_pod_groups(client, created, check, true).await?;
         self.conclude(p, ok, wrong);
         Ok(ctl)
+    }
+}
+
+impl Bench {
+    /// (d) steady state: jobs at a constant rate into the cluster holding N jobs.
+    async fn pgs_steady(&mut self, ctx: &PhaseCtx<'_>, ctl: &Proc) -> Res<()> {
+        let (rate, secs_) = (self.cli.steady_rate, self.cli.steady_seconds);
+        let count = (rate * secs_ as f64).round() as usize;
+        let PhaseCtx { client, watch, .. } = *ctx;
+        log!("podgroup-sync, steady state: {count} jobs at {rate}/s");
+        let w = Window::open(
+            "podgroup-sync-steady",
+            count,
+            client,
+            watch,
+            "pgs-",
+            ctx.check,
+        )
+        .await?;
+        let cpu0 = ctl.stats().cpu_s;
+        let posts = AtomicU64::new(0);
+        let created = create_jobs_at_rate(
+            client,
+            "pgs",
+            count,
+            self.cli.namespaces,
+            rate,
+            None,
+            &posts,
+        )
+        .await?;
+        let ok = watch.wait_correct(count, self.converge_timeout()).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let posts = posts.load(Ordering::Relaxed) as f64;
+        let mut p = w.close(client, &created, watch, false, posts).await?;
+        let stats = ctl.stats();
+        p.process = Some(stats);
+        p.cpu_s = Some(round(stats.cpu_s - cpu0, 2));
+        let wrong = verify_pod_groups(client, &created, ctx.check, true).await?;
+        self.conclude(p, ok, wrong);
+        Ok(())
     }
 }
 

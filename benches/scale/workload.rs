@@ -466,3 +466,36 @@ pub(crate) async fn verify_pod_groups(
     }
     Ok(problems)
 }
+
+/// Creates `count` jobs `prefix-<i % m>/steady-<i>` at a constant `rate` per second (each create
+/// started on its tick, however long the previous ones take); each created job is also sent to
+/// `tx`. The steady-state phase of issue 15.
+pub(crate) async fn create_jobs_at_rate(
+    client: &Client,
+    prefix: &str,
+    count: usize,
+    m: usize,
+    rate: f64,
+    tx: Option<tokio::sync::mpsc::UnboundedSender<Created>>,
+    posts: &AtomicU64,
+) -> Res<Vec<Created>> {
+    let t0 = tokio::time::Instant::now();
+    let period = Duration::from_secs_f64(1.0 / rate.max(0.001));
+    futures::stream::iter(0..count)
+        .map(|i| {
+            let tx = tx.clone();
+            async move {
+                tokio::time::sleep_until(t0 + period * i as u32).await;
+                let ns = format!("{prefix}-{}", i % m);
+                let c = create_job(client, &ns, &format!("steady-{i:05}"), posts).await?;
+                if let Some(tx) = tx {
+                    let _ = tx.send(c.clone());
+                }
+                Ok::<_, BoxErr>(c)
+            }
+        })
+        // Enough in flight that a slow create never delays the next tick.
+        .buffer_unordered(count.max(1))
+        .try_collect()
+        .await
+}
