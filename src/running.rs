@@ -297,7 +297,10 @@ fn spawn_kind_controller(
     // The cache keeps what a reconcile reads (see `strip`): field-manager bookkeeping, the
     // last-applied copy and every template field no computation reads are dropped. Jobs reach
     // the queue only once the cache holds them (see `settled_objects`).
-    let stream = watcher(api, watcher::Config::default().any_semantic())
+    let config = watcher::Config::default()
+        .any_semantic()
+        .page_size(crate::watch::LIST_PAGE_SIZE);
+    let stream = watcher(api, config)
         .backoff(WatchBackoff::default())
         // A job relist needs no trigger: `settled_objects` hands every job on at its end.
         .inspect(move |event| {
