@@ -88,6 +88,10 @@ pub(crate) struct Cli {
     /// The sizes at which training-operator runs (default: every size up to 5000).
     #[arg(long, value_delimiter = ',')]
     pub(crate) to_sizes: Vec<usize>,
+    /// Runs of training-operator per size (at most --repeat): one run at 5,000 jobs takes ~7
+    /// minutes here, most of it creating 20,000 pods and services.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) to_runs: usize,
     /// Set by `cargo bench`; without it the binary only prints how to run it.
     #[arg(long, hide = true)]
     pub(crate) bench: bool,

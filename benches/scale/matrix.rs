@@ -63,7 +63,7 @@ pub(crate) async fn matrix(cli: Cli, out: &Path) -> Res<Vec<MatrixRun>> {
             c.out = Some(dir.clone());
             c.repeat = 1;
             c.growth.clear();
-            c.skip_training_operator |= !to_sizes.contains(&jobs);
+            c.skip_training_operator |= !to_sizes.contains(&jobs) || rep > cli.to_runs;
             // The steady state runs into the cluster of the ratio size only.
             if jobs != cli.jobs {
                 c.steady_seconds = 0;
@@ -239,9 +239,10 @@ pub(crate) fn write_matrix(
 
 fn ratios_section(md: &mut String, runs: &[MatrixRun], n: usize) {
     let reps = runs.iter().filter(|r| r.jobs == n).count();
+    let to_reps = figure(runs, n, "training-operator-burst", |_| Some(0.0)).len();
     let _ = writeln!(
         md,
-        "## Robust ratios at {n} jobs ({reps} runs per contender)\n\n\
+        "## Robust ratios at {n} jobs ({reps} runs of podgroup-sync and the bare client, {to_reps} of training-operator)\n\n\
          | | podgroup-sync | bare client (limit) | training-operator | podgroup-sync / bare (median of per-run ratios) | target |\n|---|---|---|---|---|---|"
     );
     let row = |md: &mut String,
