@@ -303,6 +303,21 @@ fn ratios_section(md: &mut String, runs: &[MatrixRun], n: usize) {
         2,
         "≤ 1.10×",
     );
+    row(
+        md,
+        "backlog: … podgroup-sync from /readyz (its caches synced)",
+        "podgroup-sync-backlog",
+        "bare-backlog",
+        None,
+        |p| {
+            p.extra
+                .get("converge_after_ready_s")
+                .and_then(|v| v.as_f64())
+                .or(p.converge_s)
+        },
+        2,
+        "",
+    );
     let _ = writeln!(
         md,
         "| restart with nothing changed: spawn → every job reconciled (s) | {} | — | — | — | |",
