@@ -100,7 +100,8 @@ impl OwnWrites {
     }
 
     /// Writes still waiting for their echo.
-    pub fn pending(&self) -> usize {
+    #[cfg(test)]
+    fn pending(&self) -> usize {
         self.0.lock().expect("lock").pending.len()
     }
 }

@@ -75,14 +75,19 @@ use util::*;
 use window::*;
 use workload::*;
 
-async fn run(cli: Cli) -> Res<Bench> {
-    let started = unix_now();
+/// The run's output directory (`--out`, else target/bench/scale-<unix time>), created.
+fn out_dir(cli: &Cli, started: u64) -> Res<std::path::PathBuf> {
     let out = cli
         .out
         .clone()
         .unwrap_or_else(|| root().join(format!("target/bench/scale-{started}")));
     std::fs::create_dir_all(&out)?;
-    let out = out.canonicalize()?;
+    Ok(out.canonicalize()?)
+}
+
+async fn run(cli: Cli) -> Res<Bench> {
+    let started = unix_now();
+    let out = out_dir(&cli, started)?;
     let controller_bin = match &cli.controller_bin {
         Some(p) => p.clone(),
         None => {
@@ -165,12 +170,7 @@ async fn run(cli: Cli) -> Res<Bench> {
 /// The matrix of issue 15 (see `matrix`): its runs, then the top-level report.
 async fn run_matrix(cli: Cli) -> Res<Vec<String>> {
     let started = unix_now();
-    let out = cli
-        .out
-        .clone()
-        .unwrap_or_else(|| root().join(format!("target/bench/scale-{started}")));
-    std::fs::create_dir_all(&out)?;
-    let out = out.canonicalize()?;
+    let out = out_dir(&cli, started)?;
     let load_start = loadavg();
     let runs = matrix(cli.clone(), &out).await?;
     let load_end = loadavg();

@@ -308,6 +308,21 @@ pub(crate) async fn create_job(
     }
 }
 
+/// Creates one job and sends it to `tx`, if any (the bare client's PodGroup writer).
+async fn create_and_send(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    posts: &AtomicU64,
+    tx: Option<tokio::sync::mpsc::UnboundedSender<Created>>,
+) -> Res<Created> {
+    let c = create_job(client, ns, name, posts).await?;
+    if let Some(tx) = tx {
+        let _ = tx.send(c.clone());
+    }
+    Ok(c)
+}
+
 /// Creates jobs `prefix-<i % m>/pj-<i>` for i in 0..n with `in_flight` creates at once; each
 /// created job is also sent to `tx`.
 pub(crate) async fn create_jobs(
@@ -323,17 +338,8 @@ pub(crate) async fn create_jobs(
         .map(|i| {
             let tx = tx.clone();
             async move {
-                let c = create_job(
-                    client,
-                    &format!("{prefix}-{}", i % m),
-                    &format!("pj-{i:05}"),
-                    posts,
-                )
-                .await?;
-                if let Some(tx) = tx {
-                    let _ = tx.send(c.clone());
-                }
-                Ok::<_, BoxErr>(c)
+                let ns = format!("{prefix}-{}", i % m);
+                create_and_send(client, &ns, &format!("pj-{i:05}"), posts, tx).await
             }
         })
         .buffer_unordered(in_flight.max(1))
@@ -487,11 +493,7 @@ pub(crate) async fn create_jobs_at_rate(
             async move {
                 tokio::time::sleep_until(t0 + period * i as u32).await;
                 let ns = format!("{prefix}-{}", i % m);
-                let c = create_job(client, &ns, &format!("steady-{i:05}"), posts).await?;
-                if let Some(tx) = tx {
-                    let _ = tx.send(c.clone());
-                }
-                Ok::<_, BoxErr>(c)
+                create_and_send(client, &ns, &format!("steady-{i:05}"), posts, tx).await
             }
         })
         // Enough in flight that a slow create never delays the next tick.
