@@ -18,6 +18,7 @@ pub mod discovery;
 pub mod enablement;
 pub mod events;
 pub mod explain;
+pub mod fifo;
 pub mod gang;
 pub mod health;
 pub mod http;

@@ -18,12 +18,13 @@ use tracing::{info, warn};
 use crate::backend::{BACKENDS, BackendKind};
 use crate::caches::Caches;
 use crate::discovery::{Changes, Served, changes};
+use crate::fifo::Fifo;
 use crate::job::{JobKind, KINDS};
 use crate::liveness::Liveness;
 use crate::metrics::Metrics;
 use crate::reconcile::{self, Context};
 use crate::trigger::{Trigger, job_refs};
-use crate::watch::{WatchBackoff, settled_objects, spawn_pod_group_cache};
+use crate::watch::{WatchBackoff, settled_refs, spawn_pod_group_cache};
 
 /// The liveness name of the Volcano Queue watch.
 const QUEUES: &str = "queues.scheduling.volcano.sh";
@@ -296,41 +297,55 @@ fn spawn_kind_controller(
     let watch_metrics = ctx.metrics.clone();
     // The cache keeps what a reconcile reads (see `strip`): field-manager bookkeeping, the
     // last-applied copy and every template field no computation reads are dropped. Jobs reach
-    // the queue only once the cache holds them (see `settled_objects`).
+    // the queue only once the cache holds them (see `settled_refs`).
     let config = watcher::Config::default()
         .any_semantic()
         .page_size(crate::watch::LIST_PAGE_SIZE);
     let stream = watcher(api, config)
         .backoff(WatchBackoff::default())
-        // A job relist needs no trigger: `settled_objects` hands every job on at its end.
+        // A job relist needs no trigger: `settled_refs` hands every job on at its end.
         .inspect(move |event| {
             crate::watch::observe(&watch_probe, &watch_metrics, event);
         })
         .modify(move |job: &mut DynamicObject| crate::strip::job(kind, job))
         .reflect(writer);
-    let stream = settled_objects(stream, jobs.clone());
-    // The controller backs its input off once more after every error; without a backoff of
-    // ours, its default one (up to 30 s) delays the watch's own reconnects after a fault.
-    let controller = Controller::for_stream_with(stream, jobs.clone(), ar.clone())
-        .with_config(runtime_controller::Config::default().concurrency(concurrency))
-        .trigger_backoff(WatchBackoff::default());
-    let controller = controller
-        .reconcile_on(job_refs(triggers, jobs.clone(), kind, ar))
-        .graceful_shutdown_on(async move {
-            let _ = shutdown.wait_for(|stop| *stop).await;
-        });
+    // Every reason to reconcile a job — its own watch, and triggers from the other caches —
+    // passes one first-in-first-out stage (see `fifo`); the controller's own input stays empty.
+    let requests = futures::stream::select(
+        settled_refs(stream, jobs.clone(), ar.clone()),
+        job_refs(triggers, jobs.clone(), kind, ar.clone()),
+    );
+    let fifo = Fifo::new(concurrency);
+    let controller = Controller::for_stream_with(
+        futures::stream::pending::<Result<DynamicObject, watcher::Error>>(),
+        jobs.clone(),
+        ar.clone(),
+    )
+    .with_config(runtime_controller::Config::default().concurrency(concurrency))
+    .reconcile_on(fifo.stream(requests, ar))
+    .graceful_shutdown_on(async move {
+        let _ = shutdown.wait_for(|stop| *stop).await;
+    });
     let metrics = ctx.metrics.clone();
     let handle = tokio::spawn(async move {
         let _guard = probe.task_guard();
+        let turns = fifo.clone();
         controller
             .run(
-                move |obj, ctx| reconcile::reconcile(obj, ctx, kind),
+                move |obj, ctx| {
+                    let turn = turns.begin(crate::fifo::job_key(&obj));
+                    async move {
+                        let result = reconcile::reconcile(obj, ctx, kind).await;
+                        drop(turn);
+                        result
+                    }
+                },
                 reconcile::error_policy,
                 ctx,
             )
             .for_each(|result| {
                 if let Err(e) = result {
-                    report_controller_error(&metrics, kind, e);
+                    report_controller_error(&metrics, &fifo, kind, e);
                 }
                 future::ready(())
             })
@@ -343,6 +358,7 @@ fn spawn_kind_controller(
 /// errors were logged by the error policy and are retried there.
 fn report_controller_error(
     metrics: &crate::metrics::Metrics,
+    fifo: &Fifo,
     kind: &JobKind,
     e: runtime_controller::Error<reconcile::Error, watcher::Error>,
 ) {
@@ -352,6 +368,7 @@ fn report_controller_error(
         // Queued but gone from the cache: the job was deleted before its turn. (Before a
         // relist completed this also happened to jobs still in the list; see `watch`.)
         E::ObjectNotFound(obj) => {
+            fifo.finished(&crate::fifo::key(&obj));
             metrics
                 .reconcile_errors
                 .with_label_values(&[kind.kind, "not_found"])

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt, future};
 use kube::api::DynamicObject;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::utils::Backoff;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
@@ -84,29 +84,35 @@ impl Backoff for WatchBackoff {
     }
 }
 
-/// The objects to reconcile from a reflected watch stream: each applied object as it comes, and
-/// after a (re)list every object of the store — at `InitDone`, when the store holds them all.
-/// Errors pass through.
-pub fn settled_objects<K, S>(
+/// The objects to reconcile from a reflected watch stream, as references: each applied object as
+/// it comes, and after a (re)list every object of the store — at `InitDone`, when the store holds
+/// them all. Errors are dropped: `observe` counts and logs them, and the watcher retries.
+pub fn settled_refs<K, S>(
     stream: S,
     store: Store<K>,
-) -> impl Stream<Item = Result<K, watcher::Error>> + Send
+    dt: K::DynamicType,
+) -> impl Stream<Item = ObjectRef<K>> + Send
 where
     K: Resource + Clone + Send + Sync + 'static,
-    K::DynamicType: std::hash::Hash + Eq + Clone,
+    K::DynamicType: std::hash::Hash + Eq + Clone + Send + Sync,
     S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
 {
-    type Items<K> = Box<dyn Iterator<Item = Result<K, watcher::Error>> + Send>;
+    type Items<K> = Box<dyn Iterator<Item = ObjectRef<K>> + Send>;
     stream.flat_map(move |event| {
         let items: Items<K> = match event {
-            Ok(watcher::Event::Apply(obj)) => Box::new(std::iter::once(Ok(obj))),
-            // Cloned one at a time as the consumer takes them: a relist of thousands of jobs
-            // does not hold a second copy of the cache.
-            Ok(watcher::Event::InitDone) => {
-                Box::new(store.state().into_iter().map(|o| Ok(o.as_ref().clone())))
+            Ok(watcher::Event::Apply(obj)) => {
+                Box::new(std::iter::once(ObjectRef::from_obj_with(&obj, dt.clone())))
             }
-            Ok(_) => Box::new(std::iter::empty()),
-            Err(e) => Box::new(std::iter::once(Err(e))),
+            Ok(watcher::Event::InitDone) => {
+                let dt = dt.clone();
+                Box::new(
+                    store
+                        .state()
+                        .into_iter()
+                        .map(move |o| ObjectRef::from_obj_with(o.as_ref(), dt.clone())),
+                )
+            }
+            Ok(_) | Err(_) => Box::new(std::iter::empty()),
         };
         futures::stream::iter(items)
     })
@@ -260,12 +266,6 @@ mod tests {
         c
     }
 
-    fn names(out: &[Result<ConfigMap, watcher::Error>]) -> Vec<String> {
-        out.iter()
-            .map(|r| r.as_ref().unwrap().metadata.name.clone().unwrap())
-            .collect()
-    }
-
     /// The lost-job defect: during a relist, an object reaches the consumer only when the store
     /// already holds it, so a lookup by the consumer always finds it.
     #[tokio::test]
@@ -284,25 +284,23 @@ mod tests {
         ];
         let check = reader.clone();
         let stream = futures::stream::iter(events).reflect(writer);
-        let out: Vec<_> = settled_objects(stream, reader)
-            .inspect(|r| {
-                let obj = r.as_ref().unwrap();
-                let key = reflector::ObjectRef::from_obj(obj);
+        let out: Vec<_> = settled_refs(stream, reader, ())
+            .inspect(|key| {
                 assert!(
-                    check.get(&key).is_some(),
+                    check.get(key).is_some(),
                     "{key} handed on before the store held it"
                 );
             })
             .collect()
             .await;
-        let mut got = names(&out);
+        let mut got: Vec<String> = out.iter().map(|r| r.name.clone()).collect();
         got[2..].sort();
         assert_eq!(got, vec!["old", "live", "a-new", "old"]);
     }
 
-    /// Pins the upstream behaviour `settled_objects` exists for: kube-runtime's reflector hands
+    /// Pins the upstream behaviour `settled_refs` exists for: kube-runtime's reflector hands
     /// relisted objects on before its store holds them. If an upgrade changes this, this test
-    /// says so (and `settled_objects` may become unnecessary).
+    /// says so (and `settled_refs` may become unnecessary).
     #[tokio::test]
     async fn upstream_reflector_hands_relisted_objects_on_before_the_store_holds_them() {
         let (reader, writer) = reflector::store::<ConfigMap>();
