@@ -7,13 +7,14 @@ use std::sync::{Arc, Mutex, RwLock};
 use k8s_openapi::api::core::v1::{LimitRange, Namespace};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource, ResourceExt};
 
 use crate::backend::BackendKind;
 use crate::gang::Priorities;
 use crate::job::{InvalidJob, JobKind};
+use crate::packed::Packed;
 use crate::plan::PodGroups;
 use crate::resources::AdmissionDefaults;
 
@@ -25,7 +26,7 @@ pub struct Caches {
     pub priority_classes: Store<PriorityClass>,
     pub runtime_classes: Store<RuntimeClass>,
     /// PodGroups of each backend whose CRD is served and whose cache has synced.
-    pub pod_groups: Arc<RwLock<BTreeMap<BackendKind, Store<DynamicObject>>>>,
+    pub pod_groups: Arc<RwLock<BTreeMap<BackendKind, Store<Packed>>>>,
     /// The cached PodGroups by the UID of the job that controls them.
     pub owned: OwnedIndex,
     /// Our PodGroup writes whose watch events are still to come (their echo requeues nothing).
@@ -39,7 +40,7 @@ pub struct Caches {
 }
 
 /// The job cache of each watched kind and version.
-pub type JobStores = Arc<RwLock<BTreeMap<(&'static str, &'static str), Store<DynamicObject>>>>;
+pub type JobStores = Arc<RwLock<BTreeMap<(&'static str, &'static str), Store<Packed>>>>;
 
 /// What the job caches say about one job.
 #[derive(Debug)]
@@ -62,9 +63,9 @@ type OwnedKey = (BackendKind, String, String);
 
 impl OwnedIndex {
     /// The controller UID and key of a PodGroup, if it has a controller.
-    fn entry(backend: BackendKind, pg: &DynamicObject) -> Option<(String, OwnedKey)> {
+    fn entry(backend: BackendKind, pg: &impl Resource) -> Option<(String, OwnedKey)> {
         let uid = pg
-            .metadata
+            .meta()
             .owner_references
             .as_ref()?
             .iter()
@@ -78,7 +79,7 @@ impl OwnedIndex {
     }
 
     /// Records an applied (`deleted` false) or deleted PodGroup of `backend`.
-    pub fn observe(&self, backend: BackendKind, pg: &DynamicObject, deleted: bool) {
+    pub fn observe(&self, backend: BackendKind, pg: &impl Resource, deleted: bool) {
         let Some((uid, key)) = Self::entry(backend, pg) else {
             return;
         };
@@ -96,10 +97,10 @@ impl OwnedIndex {
     }
 
     /// Replaces every entry of `backend` with the PodGroups of a freshly listed cache.
-    pub fn replace(&self, backend: BackendKind, pgs: &[Arc<DynamicObject>]) {
+    pub fn replace<K: Resource>(&self, backend: BackendKind, pgs: &[Arc<K>]) {
         let entries: Vec<_> = pgs
             .iter()
-            .filter_map(|pg| Self::entry(backend, pg))
+            .filter_map(|pg| Self::entry(backend, pg.as_ref()))
             .collect();
         let mut index = self.0.lock().expect("lock");
         index.retain(|_, set| {
@@ -135,12 +136,12 @@ impl Caches {
         };
         let key = ObjectRef::new_with(name, kind.api_resource()).within(namespace);
         match store.get(&key) {
-            Some(job) => CachedJob::Found(job),
+            Some(job) => CachedJob::Found(Arc::new(job.unpack())),
             None => CachedJob::Absent,
         }
     }
 
-    pub fn pod_group_store(&self, backend: BackendKind) -> Option<Store<DynamicObject>> {
+    pub fn pod_group_store(&self, backend: BackendKind) -> Option<Store<Packed>> {
         self.pod_groups.read().expect("lock").get(&backend).cloned()
     }
 
@@ -176,7 +177,8 @@ impl PodGroups for Caches {
 
     fn get(&self, backend: BackendKind, namespace: &str, name: &str) -> Option<Arc<DynamicObject>> {
         let store = self.pod_group_store(backend)?;
-        store.get(&ObjectRef::new_with(name, backend.backend().api_resource()).within(namespace))
+        let key = ObjectRef::new_with(name, backend.backend().api_resource()).within(namespace);
+        store.get(&key).map(|pg| Arc::new(pg.unpack()))
     }
 
     fn controlled_by(&self, uid: &str) -> Vec<(BackendKind, Arc<DynamicObject>)> {

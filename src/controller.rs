@@ -400,8 +400,9 @@ fn update_pod_group_gauge(metrics: &crate::metrics::Metrics, caches: &Caches) {
                     .and_then(|l| l.get(MANAGED_BY_LABEL))
                     .is_some_and(|v| v == MANAGED_BY_VALUE);
                 if ours {
+                    let data = pg.data();
                     *counts
-                        .entry(b.backend().phase(pg.data.get("status")))
+                        .entry(b.backend().phase(data.get("status")))
                         .or_default() += 1;
                 }
             }

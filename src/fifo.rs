@@ -24,10 +24,11 @@ use std::time::Duration;
 
 use futures::Stream;
 use futures::stream::{Fuse, StreamExt};
-use kube::api::DynamicObject;
 use kube::discovery::ApiResource;
 use kube::runtime::reflector::ObjectRef;
 use tokio::time::Instant;
+
+use crate::packed::Packed;
 
 /// A job: its namespace and name.
 pub type Key = (String, String);
@@ -36,15 +37,15 @@ pub type Key = (String, String);
 const STALE: Duration = Duration::from_secs(30);
 
 /// The key of a job reference.
-pub fn key(r: &ObjectRef<DynamicObject>) -> Key {
+pub fn key<K: kube::Resource>(r: &ObjectRef<K>) -> Key {
     (r.namespace.clone().unwrap_or_default(), r.name.clone())
 }
 
 /// The key of a job.
-pub fn job_key(job: &DynamicObject) -> Key {
+pub fn job_key(job: &impl kube::Resource) -> Key {
     (
-        job.metadata.namespace.clone().unwrap_or_default(),
-        job.metadata.name.clone().unwrap_or_default(),
+        job.meta().namespace.clone().unwrap_or_default(),
+        job.meta().name.clone().unwrap_or_default(),
     )
 }
 
@@ -226,7 +227,7 @@ impl Fifo {
     /// The input is read as fast as it comes, so the watches behind it never wait.
     pub fn stream<S>(&self, input: S, ar: ApiResource) -> Gated<S>
     where
-        S: Stream<Item = ObjectRef<DynamicObject>>,
+        S: Stream<Item = ObjectRef<Packed>>,
     {
         Gated {
             fifo: self.clone(),
@@ -248,9 +249,9 @@ pub struct Gated<S> {
 
 impl<S> Stream for Gated<S>
 where
-    S: Stream<Item = ObjectRef<DynamicObject>>,
+    S: Stream<Item = ObjectRef<Packed>>,
 {
-    type Item = ObjectRef<DynamicObject>;
+    type Item = ObjectRef<Packed>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;

@@ -28,6 +28,7 @@ pub mod leader;
 pub mod liveness;
 pub mod metrics;
 pub mod own_writes;
+pub mod packed;
 pub mod plan;
 pub mod quantity;
 pub mod reconcile;

@@ -14,8 +14,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kube::ResourceExt;
-use kube::api::DynamicObject;
+use kube::{Resource, ResourceExt};
 
 use crate::backend::BackendKind;
 
@@ -69,8 +68,8 @@ impl OwnWrites {
 
     /// Whether an applied PodGroup from the watch is the echo of our own last write; an echo is
     /// forgotten once seen. Anything else (no entry, another version) is news.
-    pub fn is_echo(&self, backend: BackendKind, pg: &DynamicObject) -> bool {
-        let Some(version) = pg.metadata.resource_version.as_deref() else {
+    pub fn is_echo(&self, backend: BackendKind, pg: &impl Resource) -> bool {
+        let Some(version) = pg.meta().resource_version.as_deref() else {
             return false;
         };
         let key = (backend, pg.namespace().unwrap_or_default(), pg.name_any());
@@ -85,7 +84,7 @@ impl OwnWrites {
     }
 
     /// Forgets one PodGroup (it was deleted).
-    pub fn forget(&self, backend: BackendKind, pg: &DynamicObject) {
+    pub fn forget(&self, backend: BackendKind, pg: &impl Resource) {
         let key = (backend, pg.namespace().unwrap_or_default(), pg.name_any());
         self.0.lock().expect("lock").pending.remove(&key);
     }
@@ -109,6 +108,7 @@ impl OwnWrites {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::api::DynamicObject;
 
     fn pg(name: &str, rv: &str) -> DynamicObject {
         let mut o = DynamicObject::new(

@@ -27,6 +27,7 @@ use crate::health::JobHealth;
 use crate::job::{InvalidJob, JobKind};
 use crate::liveness::InFlight;
 use crate::metrics::Metrics;
+use crate::packed::Packed;
 use crate::plan::{self, Delete, Input, Op, Outcome, Plan, PodGroups, SeenPhase, Tally, Write};
 
 /// The field manager of every write.
@@ -503,7 +504,7 @@ pub(crate) async fn delete_pod_group(
 
 /// After a failed reconcile: log, count, and retry with a per-job backoff (0.5 s doubling to
 /// 4 s); the watch also brings the next change.
-pub fn error_policy(obj: Arc<DynamicObject>, err: &Error, ctx: Arc<Context>) -> Action {
+pub fn error_policy(obj: Arc<Packed>, err: &Error, ctx: Arc<Context>) -> Action {
     let delay = ctx.failed(&obj.uid().unwrap_or_default());
     let kind = obj.types.as_ref().map_or("", |t| t.kind.as_str());
     ctx.metrics

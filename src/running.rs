@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{StreamExt, future};
+use futures::{StreamExt, TryStreamExt, future};
 use kube::api::DynamicObject;
 use kube::runtime::controller::{self as runtime_controller, Controller};
 use kube::runtime::reflector;
@@ -22,6 +22,7 @@ use crate::fifo::Fifo;
 use crate::job::{JobKind, KINDS};
 use crate::liveness::Liveness;
 use crate::metrics::Metrics;
+use crate::packed::Packed;
 use crate::reconcile::{self, Context};
 use crate::trigger::{Trigger, job_refs};
 use crate::watch::{WatchBackoff, settled_refs, spawn_pod_group_cache};
@@ -287,10 +288,10 @@ fn spawn_kind_controller(
     concurrency: u16,
     mut shutdown: watch::Receiver<bool>,
     liveness: &Liveness,
-) -> (JoinHandle<()>, reflector::Store<DynamicObject>) {
+) -> (JoinHandle<()>, reflector::Store<Packed>) {
     let ar = kind.api_resource();
     let api: Api<DynamicObject> = Api::all_with(client, &ar);
-    let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
+    let writer = reflector::store::Writer::<Packed>::new(ar.clone());
     let jobs = writer.as_reader();
     let probe = liveness.probe(kind_resource(kind));
     let watch_probe = probe.clone();
@@ -308,6 +309,7 @@ fn spawn_kind_controller(
             crate::watch::observe(&watch_probe, &watch_metrics, event);
         })
         .modify(move |job: &mut DynamicObject| crate::strip::job(kind, job))
+        .map_ok(crate::packed::event)
         .reflect(writer);
     // Every reason to reconcile a job — its own watch, and triggers from the other caches —
     // passes one first-in-first-out stage (see `fifo`); the controller's own input stays empty.
@@ -317,7 +319,7 @@ fn spawn_kind_controller(
     );
     let fifo = Fifo::new(concurrency);
     let controller = Controller::for_stream_with(
-        futures::stream::pending::<Result<DynamicObject, watcher::Error>>(),
+        futures::stream::pending::<Result<Packed, watcher::Error>>(),
         jobs.clone(),
         ar.clone(),
     )
@@ -332,10 +334,11 @@ fn spawn_kind_controller(
         let turns = fifo.clone();
         controller
             .run(
-                move |obj, ctx| {
-                    let turn = turns.begin(crate::fifo::job_key(&obj));
+                move |obj: Arc<Packed>, ctx| {
+                    let turn = turns.begin(crate::fifo::job_key(obj.as_ref()));
+                    let job = Arc::new(obj.unpack());
                     async move {
-                        let result = reconcile::reconcile(obj, ctx, kind).await;
+                        let result = reconcile::reconcile(job, ctx, kind).await;
                         drop(turn);
                         result
                     }

@@ -2,13 +2,13 @@
 //! and their translation into the job references one controller reconciles.
 
 use futures::{Stream, StreamExt};
-use kube::ResourceExt;
-use kube::api::DynamicObject;
 use kube::discovery::ApiResource;
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource, ResourceExt};
 use tokio::sync::broadcast;
 
 use crate::job::JobKind;
+use crate::packed::Packed;
 
 /// A reason to look at jobs again.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,9 +27,9 @@ pub enum Trigger {
 }
 
 /// The job a PodGroup's controller reference names.
-pub fn owner_trigger(pg: &DynamicObject) -> Option<Trigger> {
+pub fn owner_trigger(pg: &impl Resource) -> Option<Trigger> {
     let owner = pg
-        .metadata
+        .meta()
         .owner_references
         .as_ref()?
         .iter()
@@ -45,12 +45,12 @@ pub fn owner_trigger(pg: &DynamicObject) -> Option<Trigger> {
 /// Turns triggers into the job references one kind's controller should reconcile.
 pub fn job_refs(
     triggers: broadcast::Receiver<Trigger>,
-    jobs: Store<DynamicObject>,
+    jobs: Store<Packed>,
     kind: &'static JobKind,
     ar: ApiResource,
-) -> impl Stream<Item = ObjectRef<DynamicObject>> + Send + 'static {
+) -> impl Stream<Item = ObjectRef<Packed>> + Send + 'static {
     receiver_stream(triggers).flat_map(move |t| {
-        let refs: Vec<ObjectRef<DynamicObject>> = match t {
+        let refs: Vec<ObjectRef<Packed>> = match t {
             Some(Trigger::Job {
                 api_version,
                 kind: k,

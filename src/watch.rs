@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{Stream, StreamExt, future};
+use futures::{Stream, StreamExt, TryStreamExt, future};
 use kube::api::DynamicObject;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::utils::Backoff;
@@ -29,6 +29,7 @@ use crate::caches::OwnedIndex;
 use crate::liveness::Probe;
 use crate::metrics::Metrics;
 use crate::own_writes::OwnWrites;
+use crate::packed::Packed;
 use crate::trigger::{Trigger, owner_trigger};
 
 /// Objects per page of a cache's (re)list. A page is parsed whole before each object is
@@ -197,9 +198,9 @@ pub fn spawn_pod_group_cache(
     metrics: Arc<Metrics>,
     owned: OwnedIndex,
     own_writes: OwnWrites,
-) -> (Store<DynamicObject>, JoinHandle<()>) {
+) -> (Store<Packed>, JoinHandle<()>) {
     let ar = backend.backend().api_resource();
-    let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
+    let writer = reflector::store::Writer::<Packed>::new(ar.clone());
     let reader = writer.as_reader();
     let store = reader.clone();
     let api: Api<DynamicObject> = Api::all_with(client, &ar);
@@ -207,6 +208,7 @@ pub fn spawn_pod_group_cache(
     let stream = watcher(api, watcher::Config::default().page_size(LIST_PAGE_SIZE))
         .backoff(WatchBackoff::default())
         .modify(crate::strip::pod_group)
+        .map_ok(crate::packed::event)
         .reflect(writer);
     let handle = tokio::spawn(async move {
         let _guard = probe.task_guard();

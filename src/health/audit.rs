@@ -7,8 +7,7 @@
 //! controlled by anything else is not judged (looking its owner up would cost a request).
 
 use k8s_openapi::jiff::Timestamp;
-use kube::ResourceExt;
-use kube::api::DynamicObject;
+use kube::{Resource, ResourceExt};
 
 use crate::backend::{BackendKind, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 
@@ -93,8 +92,9 @@ pub struct Rules {
 }
 
 /// The stale PodGroups among `pod_groups`.
-pub fn audit<'a>(
-    pod_groups: impl IntoIterator<Item = (BackendKind, &'a DynamicObject)>,
+/// Only metadata is read, so the caches' packed PodGroups are judged as they are.
+pub fn audit<'a, K: Resource + 'a>(
+    pod_groups: impl IntoIterator<Item = (BackendKind, &'a K)>,
     jobs: &dyn Jobs,
     rules: Rules,
 ) -> Vec<Finding> {
@@ -102,11 +102,11 @@ pub fn audit<'a>(
     let mut findings = Vec::new();
     for (backend, pg) in pod_groups {
         let young = pg
-            .metadata
+            .meta()
             .creation_timestamp
             .as_ref()
             .is_none_or(|t| t.0 > rules.created_before);
-        if pg.metadata.deletion_timestamp.is_some() || young {
+        if pg.meta().deletion_timestamp.is_some() || young {
             continue;
         }
         let ours = pg
@@ -157,6 +157,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
+    use kube::api::DynamicObject;
 
     struct Cached(BTreeMap<String, Owner>);
 

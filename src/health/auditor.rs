@@ -22,6 +22,7 @@ use crate::caches::{CachedJob, Caches};
 use crate::controller::Readiness;
 use crate::events::Reason;
 use crate::job::{self, JobKind};
+use crate::packed::Packed;
 use crate::plan::{Delete, PodGroups};
 use crate::reconcile::{Context, delete_pod_group};
 
@@ -78,7 +79,7 @@ pub fn spawn(
 async fn pass(ctx: &Context, reported: &mut HashSet<String>) {
     let started = Instant::now();
     let stores = ctx.caches.pod_groups.read().expect("lock").clone();
-    let all: Vec<(BackendKind, Arc<DynamicObject>)> = stores
+    let all: Vec<(BackendKind, Arc<Packed>)> = stores
         .iter()
         .flat_map(|(b, s)| s.state().into_iter().map(move |pg| (*b, pg)))
         .collect();
