@@ -167,6 +167,8 @@ impl State {
 #[derive(Clone)]
 pub struct Fifo {
     state: Arc<Mutex<State>>,
+    /// Jobs waiting (`podgroup_sync_queued_jobs{kind}`).
+    waiting: Option<prometheus::IntGauge>,
 }
 
 /// A reconcile in progress; dropping it (at the end, or when the reconcile is cancelled)
@@ -186,6 +188,19 @@ impl Fifo {
     pub fn new(concurrency: u16) -> Self {
         Fifo {
             state: Arc::new(Mutex::new(State::new(concurrency))),
+            waiting: None,
+        }
+    }
+
+    /// Keeps `gauge` at the number of jobs waiting.
+    pub fn with_gauge(mut self, gauge: prometheus::IntGauge) -> Self {
+        self.waiting = Some(gauge);
+        self
+    }
+
+    fn report(&self, state: &State) {
+        if let Some(g) = &self.waiting {
+            g.set(state.waiting() as i64);
         }
     }
 
@@ -207,11 +222,9 @@ impl Fifo {
     pub fn finished(&self, key: &Key) {
         let waker = {
             let mut s = self.lock();
-            if s.finished(key) {
-                s.waker.take()
-            } else {
-                None
-            }
+            let freed = s.finished(key);
+            self.report(&s);
+            if freed { s.waker.take() } else { None }
         };
         if let Some(w) = waker {
             w.wake();
@@ -259,7 +272,9 @@ where
         while let Poll::Ready(Some(r)) = this.input.as_mut().poll_next(cx) {
             state.push(key(&r));
         }
-        if let Some((ns, name)) = state.pop(Instant::now()) {
+        let next = state.pop(Instant::now());
+        this.fifo.report(&state);
+        if let Some((ns, name)) = next {
             this.reclaim = None;
             let r = ObjectRef::new_with(&name, this.ar.clone());
             return Poll::Ready(Some(if ns.is_empty() { r } else { r.within(&ns) }));

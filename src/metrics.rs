@@ -23,6 +23,7 @@ pub struct Metrics {
     pub reconcile_duration: HistogramVec,
     pub podgroup_writes: IntCounterVec,
     pub own_write_echoes: IntCounterVec,
+    pub queued_jobs: IntGaugeVec,
     pub podgroups: IntGaugeVec,
     pub job_to_podgroup: HistogramVec,
     pub gang_wait: HistogramVec,
@@ -116,6 +117,11 @@ impl Metrics {
             "podgroup_sync_own_write_echoes_total",
             "PodGroup watch events that only echoed podgroup-sync's own write, by backend: they requeue no job.",
             &["backend"],
+        );
+        let queued_jobs = gauge_vec(
+            "podgroup_sync_queued_jobs",
+            "Jobs waiting for a reconcile turn, by kind: taken first in, first out, at most --concurrency at a time.",
+            &["kind"],
         );
         let podgroups = gauge_vec(
             "podgroup_sync_podgroups",
@@ -259,6 +265,7 @@ impl Metrics {
             reconcile_duration,
             podgroup_writes,
             own_write_echoes,
+            queued_jobs,
             podgroups,
             job_to_podgroup,
             gang_wait,
@@ -313,6 +320,7 @@ impl Metrics {
             }
         }
         for k in crate::job::KINDS {
+            self.queued_jobs.with_label_values(&[k.kind]);
             for r in ["ok", "standby", "invalid", "conflict", "error"] {
                 self.reconcile_total.with_label_values(&[k.kind, r]);
             }
@@ -354,6 +362,7 @@ impl Metrics {
         add(self.reconcile_duration.desc());
         add(self.podgroup_writes.desc());
         add(self.own_write_echoes.desc());
+        add(self.queued_jobs.desc());
         add(self.podgroups.desc());
         add(self.job_to_podgroup.desc());
         add(self.gang_wait.desc());

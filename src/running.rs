@@ -317,7 +317,8 @@ fn spawn_kind_controller(
         settled_refs(stream, jobs.clone(), ar.clone()),
         job_refs(triggers, jobs.clone(), kind, ar.clone()),
     );
-    let fifo = Fifo::new(concurrency);
+    let fifo =
+        Fifo::new(concurrency).with_gauge(ctx.metrics.queued_jobs.with_label_values(&[kind.kind]));
     let controller = Controller::for_stream_with(
         futures::stream::pending::<Result<Packed, watcher::Error>>(),
         jobs.clone(),
