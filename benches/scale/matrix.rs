@@ -302,6 +302,16 @@ fn ratios_section(md: &mut String, runs: &[MatrixRun], n: usize) {
     );
     row(
         md,
+        "burst: order kept (rank correlation, created → PodGroup; 1 = FIFO)",
+        "podgroup-sync-burst",
+        "bare-burst",
+        Some("training-operator-burst"),
+        |p| p.order,
+        3,
+        "",
+    );
+    row(
+        md,
         "backlog: every job has a correct PodGroup (s; ours from spawn)",
         "podgroup-sync-backlog",
         "bare-backlog",

@@ -44,6 +44,9 @@ pub(crate) struct Phase {
     pub(crate) tail_s: Option<f64>,
     /// Create response of the job → its PodGroup first seen correct by the watch.
     pub(crate) latency: Option<Latency>,
+    /// Spearman rank correlation of the order jobs were created and the order their PodGroups
+    /// appeared (1: first in, first out); bursts only.
+    pub(crate) order: Option<f64>,
     /// PodGroup creationTimestamp − job creationTimestamp (1 s resolution), p50 / p99, s.
     pub(crate) server_latency_p50_s: Option<f64>,
     pub(crate) server_latency_p99_s: Option<f64>,
@@ -124,6 +127,10 @@ impl Phase {
         }
         if !lat.is_empty() {
             self.latency = Some(Latency::of(lat));
+        }
+        if per_job_start.is_none() {
+            let pairs: Vec<(f64, f64)> = self.per_job.iter().map(|(_, c, s)| (*c, *s)).collect();
+            self.order = spearman(&pairs).map(|r| round(r, 3));
         }
         if !server.is_empty() {
             server.sort_by(f64::total_cmp);

@@ -390,6 +390,11 @@ fn md_burst(s: &Summary, md: &mut String) {
     );
     row(
         md,
+        "order kept: rank correlation, job created → PodGroup seen (1 = first in, first out)",
+        &|p| f(p.order, 3),
+    );
+    row(
+        md,
         "creationTimestamp difference p50 / p99 (s, 1 s resolution)",
         &|p| {
             format!(

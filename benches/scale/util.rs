@@ -55,6 +55,28 @@ pub(crate) fn round(x: f64, digits: i32) -> f64 {
     (x * f).round() / f
 }
 
+/// Spearman's rank correlation of paired values (ranks by sort order; ties are rare for
+/// timestamps and broken by position). 1 when `y` keeps the order of `x`.
+pub(crate) fn spearman(pairs: &[(f64, f64)]) -> Option<f64> {
+    let n = pairs.len();
+    if n < 2 {
+        return None;
+    }
+    let ranks = |key: &dyn Fn(&(f64, f64)) -> f64| {
+        let mut idx: Vec<usize> = (0..n).collect();
+        idx.sort_by(|a, b| key(&pairs[*a]).total_cmp(&key(&pairs[*b])));
+        let mut r = vec![0.0; n];
+        for (rank, i) in idx.into_iter().enumerate() {
+            r[i] = rank as f64;
+        }
+        r
+    };
+    let (rx, ry) = (ranks(&|p| p.0), ranks(&|p| p.1));
+    let d2: f64 = rx.iter().zip(&ry).map(|(a, b)| (a - b) * (a - b)).sum();
+    let n = n as f64;
+    Some(1.0 - 6.0 * d2 / (n * (n * n - 1.0)))
+}
+
 /// Nearest-rank percentile of sorted values.
 pub(crate) fn pct(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
