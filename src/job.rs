@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
+use kube::api::DynamicObject;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -196,21 +197,42 @@ pub fn finished(status: Option<&Value>) -> bool {
 
 /// Normalises a job object (as JSON: `metadata`, `spec`, `status`) of the given kind.
 pub fn normalize(kind: &'static JobKind, obj: &Value) -> Result<Job, InvalidJob> {
-    let meta: ObjectIdentity = obj
+    let meta = obj
         .get("metadata")
-        .cloned()
-        .map(serde_json::from_value)
+        .map(ObjectIdentity::deserialize)
         .transpose()
         .map_err(|e| InvalidJob::Malformed(format!("metadata: {e}")))?
         .unwrap_or_default();
+    normalize_parts(kind, meta, obj.get("spec"), obj.get("status"))
+}
+
+/// [`normalize`] of a job as the caches hand it over: its metadata already typed, so the whole
+/// object is not copied into one JSON value first.
+pub fn normalize_object(kind: &'static JobKind, obj: &DynamicObject) -> Result<Job, InvalidJob> {
+    let m = &obj.metadata;
+    let meta = ObjectIdentity {
+        name: m.name.clone().unwrap_or_default(),
+        namespace: m.namespace.clone(),
+        uid: m.uid.clone(),
+        annotations: m.annotations.clone().unwrap_or_default(),
+    };
+    normalize_parts(kind, meta, obj.data.get("spec"), obj.data.get("status"))
+}
+
+fn normalize_parts(
+    kind: &'static JobKind,
+    meta: ObjectIdentity,
+    spec: Option<&Value>,
+    status: Option<&Value>,
+) -> Result<Job, InvalidJob> {
     let empty = Value::Object(Default::default());
-    let spec = obj.get("spec").unwrap_or(&empty);
-    let run_policy: RunPolicy = match spec.get("runPolicy") {
-        Some(v) if !v.is_null() => serde_json::from_value(v.clone())
+    let spec = spec.unwrap_or(&empty);
+    let run_policy = match spec.get("runPolicy") {
+        Some(v) if !v.is_null() => RunPolicy::deserialize(v)
             .map_err(|e| InvalidJob::Malformed(format!("runPolicy: {e}")))?,
         _ => RunPolicy::default(),
     };
-    let finished = finished(obj.get("status"));
+    let finished = finished(status);
 
     let replicas = normalize_replicas(kind, spec.get(kind.replica_specs_field))?;
 
@@ -237,7 +259,7 @@ fn normalize_replicas(
         None | Some(Value::Null) => {
             return Err(InvalidJob::NoReplicaSpecs(kind.replica_specs_field));
         }
-        Some(v) => serde_json::from_value(v.clone())
+        Some(v) => BTreeMap::<String, Option<ReplicaSpecIn>>::deserialize(v)
             .map_err(|e| InvalidJob::Malformed(format!("{}: {e}", kind.replica_specs_field)))?,
     };
     if specs.is_empty() {

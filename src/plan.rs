@@ -276,10 +276,7 @@ pub fn plan(input: &Input) -> Plan {
     if mode == Mode::Off {
         return Plan::delete_all(input, Mode::Manage);
     }
-    let job = match serde_json::to_value(input.job)
-        .map_err(|e| InvalidJob::Malformed(e.to_string()))
-        .and_then(|v| job::normalize(input.kind, &v))
-    {
+    let job = match job::normalize_object(input.kind, input.job) {
         Ok(j) => j,
         Err(invalid) => return Plan::invalid(&invalid),
     };

@@ -216,6 +216,30 @@ status: {allocatable: {cpu: "16", memory: 64Gi, nvidia.com/gpu: "4"}}
         }
     }
 
+    /// The reconcile's path — packed into the cache, unpacked, normalised from typed metadata —
+    /// gives the job normalising the stripped object as one JSON value gives (the test above
+    /// compares stripped and whole).
+    #[test]
+    fn a_job_through_the_cache_normalises_as_the_whole_job() {
+        for text in examples() {
+            let (job, _) = explain::surroundings::read(&[text]).unwrap();
+            let kind = JobKind::lookup(
+                job["apiVersion"].as_str().unwrap(),
+                job["kind"].as_str().unwrap(),
+            )
+            .unwrap();
+            let mut obj: DynamicObject = serde_json::from_value(job.clone()).unwrap();
+            super::job(kind, &mut obj);
+            let cached = crate::packed::Packed::pack(obj).unpack();
+            assert_eq!(
+                crate::job::normalize_object(kind, &cached).unwrap(),
+                crate::job::normalize(kind, &stripped(&job)).unwrap(),
+                "{}",
+                job["metadata"]["name"]
+            );
+        }
+    }
+
     #[test]
     fn a_stripped_template_keeps_only_what_is_read() {
         let (job, _) = explain::surroundings::read(&[RICH.to_string()]).unwrap();

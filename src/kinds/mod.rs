@@ -187,7 +187,7 @@ fn elastic_min_replicas(spec: &Value, replicas: &[Replica]) -> Result<Option<u64
     let Some(v) = spec.get("elasticPolicy").filter(|v| !v.is_null()) else {
         return Ok(None);
     };
-    let ep: ElasticPolicySpec = serde_json::from_value(v.clone())
+    let ep = ElasticPolicySpec::deserialize(v)
         .map_err(|e| InvalidJob::InvalidElasticPolicy(e.to_string()))?;
     let workers = replicas
         .iter()
