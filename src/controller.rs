@@ -269,6 +269,7 @@ pub async fn run(
     let _ = caches_out.send(Some(caches.clone()));
     remember_published_events(&client, &ctx).await;
     tasks.push(spawn_leader_trigger(leading, triggers.clone()));
+    tasks.push(spawn_resync(triggers.clone()));
     tasks.extend(crate::health::auditor::spawn(
         ctx.clone(),
         readiness.clone(),
@@ -319,6 +320,23 @@ pub async fn run(
     readiness.set(false);
     running.stop(tasks).await;
     Ok(())
+}
+
+/// How often every job is looked at again, changed or not (Events muted for an hour are
+/// published again then, and anything a watch missed is caught).
+pub const RESYNC: Duration = Duration::from_secs(3600);
+
+/// Sends one trigger for every job each `RESYNC`.
+fn spawn_resync(triggers: broadcast::Sender<Trigger>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let start = tokio::time::Instant::now() + RESYNC;
+        let mut tick = tokio::time::interval_at(start, RESYNC);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let _ = triggers.send(Trigger::All);
+        }
+    })
 }
 
 /// A new leader looks at every job: as a standby it skipped them.

@@ -97,8 +97,10 @@ impl Outcome {
         match self {
             Outcome::RequeueAfter(d) => Action::requeue(*d),
             Outcome::Standby => Action::await_change(),
-            // Watches bring every change; a slow periodic look catches anything missed.
-            _ => Action::requeue(Duration::from_secs(3600)),
+            // Watches bring every change; the periodic resync (`controller::RESYNC`), one
+            // trigger for every job, catches anything missed — a timer per job would cost
+            // kube-runtime's scheduler about a kilobyte each.
+            _ => Action::await_change(),
         }
     }
 }
