@@ -54,9 +54,11 @@ native:
 image:
 	hack/image.sh
 
-# Everything is built first; then the tests run inside tests/node/netns.sh's namespace.
+# Everything is built first (helm too: the namespace has no route to the Go module proxy); then
+# the tests run inside tests/node/netns.sh's namespace.
 node: binaries image
 	tests/node/get-node.sh >/dev/null
+	tests/cluster/get-helm.sh >/dev/null
 	$(CARGO) test --test node --no-run
 	tests/node/netns.sh $(CARGO) test --test node -- --test-threads=1 --nocapture
 

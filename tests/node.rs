@@ -316,12 +316,22 @@ async fn lease_holder(client: &kube::Client) -> Option<String> {
 }
 
 fn first_container(pod: &Pod) -> &k8s_openapi::api::core::v1::ContainerStatus {
-    &pod.status
+    pod.status
         .as_ref()
-        .unwrap()
-        .container_statuses
-        .as_ref()
-        .unwrap()[0]
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.first())
+        .unwrap_or_else(|| panic!("{} has no container: {}", pod.name_any(), why_gone(pod)))
+}
+
+/// The pod's phase, reason and message: an eviction (the node short of disk, say) says so here.
+fn why_gone(pod: &Pod) -> String {
+    let s = pod.status.as_ref();
+    format!(
+        "phase {:?}, reason {:?}, message {:?}",
+        s.and_then(|s| s.phase.as_deref()),
+        s.and_then(|s| s.reason.as_deref()),
+        s.and_then(|s| s.message.as_deref())
+    )
 }
 
 /// The host PID of a pod's first container, from containerd's task list.
@@ -343,7 +353,13 @@ fn container_pid(node: &Node, pod: &Pod) -> u32 {
             let mut f = l.split_whitespace();
             (f.next() == Some(id)).then(|| f.next().unwrap().parse().unwrap())
         })
-        .unwrap_or_else(|| panic!("no containerd task {id}"))
+        .unwrap_or_else(|| {
+            panic!(
+                "no containerd task {id} of {} (as listed just before: {}); an evicted pod says so in a new listing",
+                pod.name_any(),
+                why_gone(pod)
+            )
+        })
 }
 
 /// The chart's security context, as the kernel applies it to the running process.
