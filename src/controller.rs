@@ -245,7 +245,17 @@ pub async fn run(
         &metrics,
         ctx_settings.feasibility,
     );
-    let Some((caches, mut tasks)) = context.wait_synced(&mut shutdown).await? else {
+    // The first discovery and the list of earlier Events read no cache: they run while the
+    // caches list, not after.
+    let mut stop = shutdown.clone();
+    let early = async {
+        tokio::select! {
+            r = futures::future::join(discover(&client), published_events(&client)) => Some(r),
+            _ = stop.wait_for(|stop| *stop) => None,
+        }
+    };
+    let (synced, early) = tokio::join!(context.wait_synced(&mut shutdown), early);
+    let (Some((caches, mut tasks)), Some((first_discovery, published))) = (synced?, early) else {
         return Ok(());
     };
     let ctx = Arc::new(Context::new(
@@ -267,7 +277,7 @@ pub async fn run(
         ));
     }
     let _ = caches_out.send(Some(caches.clone()));
-    remember_published_events(&client, &ctx).await;
+    remember_published_events(&ctx, published);
     tasks.push(spawn_leader_trigger(leading, triggers.clone()));
     tasks.push(spawn_resync(triggers.clone()));
     tasks.extend(crate::health::auditor::spawn(
@@ -287,9 +297,14 @@ pub async fn run(
         shutdown.clone(),
     );
     let mut failures: u32 = 0;
+    let mut first_discovery = Some(first_discovery);
     loop {
         let mut wait = rt.discovery_interval;
-        match discover(&client).await {
+        let discovered = match first_discovery.take() {
+            Some(d) => d,
+            None => discover(&client).await,
+        };
+        match discovered {
             Ok(served) => {
                 failures = 0;
                 if !running.apply(&served).await {
@@ -353,24 +368,35 @@ fn spawn_leader_trigger(
     })
 }
 
-/// Seeds the Event de-duplication with the Events an earlier instance published, so a restart
-/// with nothing changed publishes nothing. A failure only costs repeated Events.
-async fn remember_published_events(client: &Client, ctx: &Context) {
+/// The Events an earlier instance published (listed at start-up); `None` when they could not
+/// be read.
+async fn published_events(client: &Client) -> Option<Vec<k8s_openapi::api::events::v1::Event>> {
     use k8s_openapi::api::events::v1::Event;
     let api: Api<Event> = Api::all(client.clone());
     let lp = kube::api::ListParams::default().fields("reportingController=podgroup-sync");
     match api.list(&lp).await {
-        Ok(list) => {
-            let n = list.items.len();
-            ctx.events.remember(
-                list.items.into_iter().filter_map(|e| {
-                    Some((e.regarding?.uid?, e.reason?, e.note.unwrap_or_default()))
-                }),
-            );
-            info!(events = n, "remembered Events published earlier");
+        Ok(list) => Some(list.items),
+        Err(e) => {
+            warn!(error = %e, "could not read earlier Events; some may be published again");
+            None
         }
-        Err(e) => warn!(error = %e, "could not read earlier Events; some may be published again"),
     }
+}
+
+/// Seeds the Event de-duplication with the Events an earlier instance published, so a restart
+/// with nothing changed publishes nothing. A failure to list them only costs repeated Events.
+fn remember_published_events(
+    ctx: &Context,
+    published: Option<Vec<k8s_openapi::api::events::v1::Event>>,
+) {
+    let Some(items) = published else { return };
+    let n = items.len();
+    ctx.events.remember(
+        items
+            .into_iter()
+            .filter_map(|e| Some((e.regarding?.uid?, e.reason?, e.note.unwrap_or_default()))),
+    );
+    info!(events = n, "remembered Events published earlier");
 }
 
 /// The gauges read off the caches, refreshed once per discovery interval.

@@ -25,7 +25,7 @@ use crate::metrics::Metrics;
 use crate::packed::Packed;
 use crate::reconcile::{self, Context};
 use crate::trigger::{Trigger, job_refs};
-use crate::watch::{WatchBackoff, settled_refs, spawn_pod_group_cache};
+use crate::watch::{WatchBackoff, reflect_settled, spawn_pod_group_cache};
 
 /// The liveness name of the Volcano Queue watch.
 const QUEUES: &str = "queues.scheduling.volcano.sh";
@@ -104,10 +104,8 @@ impl Running {
         for b in stop_backends {
             self.stop_backend(b);
         }
-        for b in start_backends {
-            if !self.start_backend(b).await {
-                return false;
-            }
+        if !self.start_backends(start_backends).await {
+            return false;
         }
         for kind in stop_kinds {
             self.stop_kind(kind);
@@ -137,32 +135,60 @@ impl Running {
         }
     }
 
-    /// Starts a backend's PodGroup cache and waits for it to sync; one that cannot is tried
-    /// again at the next discovery. False when a shutdown interrupted the wait.
-    async fn start_backend(&mut self, b: BackendKind) -> bool {
-        let resource = backend_resource(b);
-        let (store, h) = spawn_pod_group_cache(
-            self.client.clone(),
-            b,
-            self.triggers.clone(),
-            self.liveness.probe(&resource),
-            self.metrics.clone(),
-            self.caches.owned.clone(),
-            self.caches.own_writes.clone(),
-        );
-        let synced = tokio::select! {
-            r = store.wait_until_ready() => r.is_ok(),
-            _ = self.shutdown.wait_for(|stop| *stop) => false,
-        };
-        if !synced {
-            self.liveness.retire(&resource);
-            h.abort();
-            if *self.shutdown.borrow() {
-                return false;
-            }
-            warn!(backend = %b, "PodGroup cache could not sync; trying again at the next discovery");
+    /// Starts the PodGroup caches of these backends, listing at once, and waits for them to
+    /// sync; one that cannot is tried again at the next discovery. False when a shutdown
+    /// interrupted the wait.
+    async fn start_backends(&mut self, backends: Vec<BackendKind>) -> bool {
+        if backends.is_empty() {
             return true;
         }
+        let spawned: Vec<_> = backends
+            .into_iter()
+            .map(|b| {
+                let (store, h) = spawn_pod_group_cache(
+                    self.client.clone(),
+                    b,
+                    self.triggers.clone(),
+                    self.liveness.probe(backend_resource(b)),
+                    self.metrics.clone(),
+                    self.caches.owned.clone(),
+                    self.caches.own_writes.clone(),
+                );
+                (b, store, h)
+            })
+            .collect();
+        let waits = future::join_all(spawned.iter().map(|(_, s, _)| s.wait_until_ready()));
+        let synced = tokio::select! {
+            r = waits => Some(r),
+            _ = self.shutdown.wait_for(|stop| *stop) => None,
+        };
+        let Some(synced) = synced else {
+            for (b, _, h) in spawned {
+                self.liveness.retire(&backend_resource(b));
+                h.abort();
+            }
+            return false;
+        };
+        for ((b, store, h), r) in spawned.into_iter().zip(synced) {
+            if r.is_err() {
+                self.liveness.retire(&backend_resource(b));
+                h.abort();
+                warn!(backend = %b, "PodGroup cache could not sync; trying again at the next discovery");
+                continue;
+            }
+            self.started_backend(b, store, h);
+        }
+        let _ = self.triggers.send(Trigger::All);
+        true
+    }
+
+    /// Makes a synced PodGroup cache the one reconciles read.
+    fn started_backend(
+        &mut self,
+        b: BackendKind,
+        store: reflector::Store<Packed>,
+        h: JoinHandle<()>,
+    ) {
         self.caches
             .pod_groups
             .write()
@@ -174,8 +200,6 @@ impl Running {
             let probe = self.liveness.probe(QUEUES);
             self.queues = Some(c.spawn_queues(&self.client, probe, self.metrics.clone()));
         }
-        let _ = self.triggers.send(Trigger::All);
-        true
     }
 
     fn stop_backend(&mut self, b: BackendKind) {
@@ -298,23 +322,22 @@ fn spawn_kind_controller(
     let watch_metrics = ctx.metrics.clone();
     // The cache keeps what a reconcile reads (see `strip`): field-manager bookkeeping, the
     // last-applied copy and every template field no computation reads are dropped. Jobs reach
-    // the queue only once the cache holds them (see `settled_refs`).
-    let config = watcher::Config::default()
-        .any_semantic()
-        .page_size(crate::watch::LIST_PAGE_SIZE);
+    // the queue only once the cache holds them; the first list's page by page (see
+    // `reflect_settled`). A list asks for the most recent state, not `resourceVersion=0`: the
+    // API server ignores the page size of a list at version 0 and sends every job at once.
+    let config = watcher::Config::default().page_size(crate::watch::LIST_PAGE_SIZE);
     let stream = watcher(api, config)
         .backoff(WatchBackoff::default())
-        // A job relist needs no trigger: `settled_refs` hands every job on at its end.
+        // A job relist needs no trigger: `reflect_settled` hands every job on at its end.
         .inspect(move |event| {
             crate::watch::observe(&watch_probe, &watch_metrics, event);
         })
         .modify(move |job: &mut DynamicObject| crate::strip::job(kind, job))
-        .map_ok(crate::packed::event)
-        .reflect(writer);
+        .map_ok(crate::packed::event);
     // Every reason to reconcile a job — its own watch, and triggers from the other caches —
     // passes one first-in-first-out stage (see `fifo`); the controller's own input stays empty.
     let requests = futures::stream::select(
-        settled_refs(stream, jobs.clone(), ar.clone()),
+        reflect_settled(stream, writer, ar.clone()),
         job_refs(triggers, jobs.clone(), kind, ar.clone()),
     );
     let fifo =

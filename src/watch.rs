@@ -85,12 +85,31 @@ impl Backoff for WatchBackoff {
     }
 }
 
-/// The objects to reconcile from a reflected watch stream, as references: each applied object as
-/// it comes, and after a (re)list every object of the store — at `InitDone`, when the store holds
-/// them all. Errors are dropped: `observe` counts and logs them, and the watcher retries.
-pub fn settled_refs<K, S>(
+/// Where a cache's first list stands (see [`reflect_settled`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FirstList {
+    NotStarted,
+    /// Listed objects go straight into the (so far empty) store.
+    Direct,
+    /// The first list broke off and started over: objects go into the store and into the
+    /// list's buffer, which replaces the store at the end, dropping what the broken attempt
+    /// brought and the completed one did not.
+    Buffered,
+    Done,
+}
+
+/// Applies a watch stream to `writer`'s store and yields the objects to reconcile, as
+/// references, each only once the store holds it: an applied object as it comes; after a
+/// relist, every object of the store at `InitDone`, when the store holds them all (until then
+/// it must keep what it held before). The **first** list is different: the store is still
+/// empty, so nothing can be read stale by filling it early, and each listed object goes into
+/// the store and is handed on as its page arrives — work starts with the first page, not after
+/// the last (5,000 jobs are 50 pages). The store is marked ready at once (kube-runtime's
+/// controller holds its runner until then); readiness of the process still waits for the list
+/// (see `liveness`). Errors are dropped: `observe` counts and logs them, and the watcher retries.
+pub fn reflect_settled<K, S>(
     stream: S,
-    store: Store<K>,
+    mut writer: reflector::store::Writer<K>,
     dt: K::DynamicType,
 ) -> impl Stream<Item = ObjectRef<K>> + Send
 where
@@ -99,12 +118,47 @@ where
     S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
 {
     type Items<K> = Box<dyn Iterator<Item = ObjectRef<K>> + Send>;
+    // An empty list's end: swaps the empty buffer into the empty store and marks it ready.
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    let store = writer.as_reader();
+    let mut first = FirstList::NotStarted;
     stream.flat_map(move |event| {
-        let items: Items<K> = match event {
-            Ok(watcher::Event::Apply(obj)) => {
-                Box::new(std::iter::once(ObjectRef::from_obj_with(&obj, dt.clone())))
+        let one = |obj: &K| -> Items<K> {
+            Box::new(std::iter::once(ObjectRef::from_obj_with(obj, dt.clone())))
+        };
+        let items: Items<K> = match (event, first) {
+            (Ok(watcher::Event::Init), FirstList::NotStarted) => {
+                first = FirstList::Direct;
+                Box::new(std::iter::empty())
             }
-            Ok(watcher::Event::InitDone) => {
+            (Ok(ev @ watcher::Event::Init), FirstList::Direct | FirstList::Buffered) => {
+                first = FirstList::Buffered;
+                writer.apply_watcher_event(&ev);
+                Box::new(std::iter::empty())
+            }
+            (Ok(watcher::Event::InitApply(obj)), FirstList::Direct) => {
+                let items = one(&obj);
+                writer.apply_watcher_event(&watcher::Event::Apply(obj));
+                items
+            }
+            (Ok(watcher::Event::InitApply(obj)), FirstList::Buffered) => {
+                let items = one(&obj);
+                writer.apply_watcher_event(&watcher::Event::Apply(obj.clone()));
+                writer.apply_watcher_event(&watcher::Event::InitApply(obj));
+                items
+            }
+            (Ok(watcher::Event::InitDone), FirstList::Direct) => {
+                // The store holds the whole list already; the buffer is empty.
+                first = FirstList::Done;
+                Box::new(std::iter::empty())
+            }
+            (Ok(ev @ watcher::Event::InitDone), FirstList::Buffered) => {
+                first = FirstList::Done;
+                writer.apply_watcher_event(&ev);
+                Box::new(std::iter::empty())
+            }
+            (Ok(ev @ watcher::Event::InitDone), _) => {
+                writer.apply_watcher_event(&ev);
                 let dt = dt.clone();
                 Box::new(
                     store
@@ -113,7 +167,16 @@ where
                         .map(move |o| ObjectRef::from_obj_with(o.as_ref(), dt.clone())),
                 )
             }
-            Ok(_) | Err(_) => Box::new(std::iter::empty()),
+            (Ok(watcher::Event::Apply(obj)), _) => {
+                let items = one(&obj);
+                writer.apply_watcher_event(&watcher::Event::Apply(obj));
+                items
+            }
+            (Ok(ev), _) => {
+                writer.apply_watcher_event(&ev);
+                Box::new(std::iter::empty())
+            }
+            (Err(_), _) => Box::new(std::iter::empty()),
         };
         futures::stream::iter(items)
     })
@@ -258,6 +321,7 @@ pub fn spawn_pod_group_cache(
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::ResourceExt;
     use kube::runtime::reflector;
     use kube::runtime::utils::WatchStreamExt;
 
@@ -268,12 +332,38 @@ mod tests {
         c
     }
 
+    /// Runs `events` through `reflect_settled`: the names handed on, each checked to be in the
+    /// store when handed on, and the store.
+    async fn settle(
+        events: Vec<watcher::Result<watcher::Event<ConfigMap>>>,
+    ) -> (Vec<String>, Store<ConfigMap>) {
+        let (reader, writer) = reflector::store::<ConfigMap>();
+        let check = reader.clone();
+        let out = reflect_settled(futures::stream::iter(events), writer, ())
+            .inspect(|key| {
+                assert!(
+                    check.get(key).is_some(),
+                    "{key} handed on before the store held it"
+                );
+            })
+            .map(|r| r.name)
+            .collect()
+            .await;
+        (out, reader)
+    }
+
+    fn names(store: &Store<ConfigMap>) -> Vec<String> {
+        let mut n: Vec<String> = store.state().iter().map(|o| o.name_any()).collect();
+        n.sort();
+        n
+    }
+
     /// The lost-job defect: during a relist, an object reaches the consumer only when the store
-    /// already holds it, so a lookup by the consumer always finds it.
+    /// already holds it, so a lookup by the consumer always finds it; the relist's end hands on
+    /// every object once and drops what is gone.
     #[tokio::test]
     async fn relisted_objects_are_handed_on_only_once_the_store_holds_them() {
-        let (reader, writer) = reflector::store::<ConfigMap>();
-        let events = vec![
+        let (mut got, store) = settle(vec![
             Ok(watcher::Event::Init),
             Ok(watcher::Event::InitApply(cm("old"))),
             Ok(watcher::Event::InitDone),
@@ -283,26 +373,75 @@ mod tests {
             Ok(watcher::Event::InitApply(cm("a-new"))),
             Ok(watcher::Event::InitApply(cm("old"))),
             Ok(watcher::Event::InitDone),
-        ];
-        let check = reader.clone();
-        let stream = futures::stream::iter(events).reflect(writer);
-        let out: Vec<_> = settled_refs(stream, reader, ())
-            .inspect(|key| {
-                assert!(
-                    check.get(key).is_some(),
-                    "{key} handed on before the store held it"
-                );
-            })
-            .collect()
-            .await;
-        let mut got: Vec<String> = out.iter().map(|r| r.name.clone()).collect();
+        ])
+        .await;
         got[2..].sort();
         assert_eq!(got, vec!["old", "live", "a-new", "old"]);
+        assert_eq!(names(&store), vec!["a-new", "old"]);
     }
 
-    /// Pins the upstream behaviour `settled_refs` exists for: kube-runtime's reflector hands
+    /// Until a relist ends, the store keeps what it held: nothing it brings is handed on yet.
+    #[tokio::test]
+    async fn an_unfinished_relist_changes_nothing() {
+        let (got, store) = settle(vec![
+            Ok(watcher::Event::Init),
+            Ok(watcher::Event::InitApply(cm("a"))),
+            Ok(watcher::Event::InitDone),
+            Ok(watcher::Event::Apply(cm("c"))),
+            Ok(watcher::Event::Init),
+            Ok(watcher::Event::InitApply(cm("d"))),
+        ])
+        .await;
+        assert_eq!(got, vec!["a", "c"]);
+        assert_eq!(names(&store), vec!["a", "c"]);
+    }
+
+    /// The first list fills the store page by page, each object handed on once as it comes;
+    /// the store is ready before any of it (kube-runtime's controller waits for that).
+    #[tokio::test]
+    async fn the_first_list_is_handed_on_as_it_comes() {
+        let (reader, writer) = reflector::store::<ConfigMap>();
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        let mut refs = Box::pin(reflect_settled(rx, writer, ()));
+        tokio::time::timeout(Duration::from_secs(1), reader.wait_until_ready())
+            .await
+            .expect("the store is ready before the first list")
+            .unwrap();
+        for ev in [watcher::Event::Init, watcher::Event::InitApply(cm("a"))] {
+            tx.unbounded_send(Ok(ev)).unwrap();
+        }
+        assert_eq!(refs.next().await.unwrap().name, "a");
+        assert_eq!(names(&reader), vec!["a"], "the list has not ended");
+        for ev in [watcher::Event::InitApply(cm("b")), watcher::Event::InitDone] {
+            tx.unbounded_send(Ok(ev)).unwrap();
+        }
+        drop(tx);
+        let rest: Vec<String> = refs.map(|r| r.name).collect().await;
+        assert_eq!(rest, vec!["b"], "the list's end hands on nothing again");
+        assert_eq!(names(&reader), vec!["a", "b"]);
+    }
+
+    /// A first list that broke off and started over ends with exactly the objects of the list
+    /// that completed: one deleted in between is dropped.
+    #[tokio::test]
+    async fn a_first_list_started_over_keeps_only_what_the_completed_one_brought() {
+        let (got, store) = settle(vec![
+            Ok(watcher::Event::Init),
+            Ok(watcher::Event::InitApply(cm("gone"))),
+            Ok(watcher::Event::InitApply(cm("a"))),
+            Ok(watcher::Event::Init),
+            Ok(watcher::Event::InitApply(cm("a"))),
+            Ok(watcher::Event::InitApply(cm("b"))),
+            Ok(watcher::Event::InitDone),
+        ])
+        .await;
+        assert_eq!(got, vec!["gone", "a", "a", "b"]);
+        assert_eq!(names(&store), vec!["a", "b"]);
+    }
+
+    /// Pins the upstream behaviour `reflect_settled` exists for: kube-runtime's reflector hands
     /// relisted objects on before its store holds them. If an upgrade changes this, this test
-    /// says so (and `settled_refs` may become unnecessary).
+    /// says so.
     #[tokio::test]
     async fn upstream_reflector_hands_relisted_objects_on_before_the_store_holds_them() {
         let (reader, writer) = reflector::store::<ConfigMap>();
