@@ -247,14 +247,8 @@ pub async fn run(
     );
     // The first discovery and the list of earlier Events read no cache: they run while the
     // caches list, not after.
-    let mut stop = shutdown.clone();
-    let early = async {
-        tokio::select! {
-            r = futures::future::join(discover(&client), published_events(&client)) => Some(r),
-            _ = stop.wait_for(|stop| *stop) => None,
-        }
-    };
-    let (synced, early) = tokio::join!(context.wait_synced(&mut shutdown), early);
+    let reads = first_reads(&client, shutdown.clone());
+    let (synced, early) = tokio::join!(context.wait_synced(&mut shutdown), reads);
     let (Some((caches, mut tasks)), Some((first_discovery, published))) = (synced?, early) else {
         return Ok(());
     };
@@ -366,6 +360,20 @@ fn spawn_leader_trigger(
             }
         }
     })
+}
+
+/// The first discovery and the Events an earlier instance published; `None` on shutdown.
+async fn first_reads(
+    client: &Client,
+    mut shutdown: watch::Receiver<bool>,
+) -> Option<(
+    Result<crate::discovery::Served, kube::Error>,
+    Option<Vec<k8s_openapi::api::events::v1::Event>>,
+)> {
+    tokio::select! {
+        r = futures::future::join(discover(client), published_events(client)) => Some(r),
+        _ = shutdown.wait_for(|stop| *stop) => None,
+    }
 }
 
 /// The Events an earlier instance published (listed at start-up); `None` when they could not
