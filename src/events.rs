@@ -81,10 +81,12 @@ pub enum Reason {
     WouldCreatePodGroup,
     /// Dry-run: the PodGroup change that would be applied.
     WouldUpdatePodGroup,
+    /// Dry-run: a stale PodGroup of ours that the audit would delete.
+    WouldDeletePodGroup,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 17] = [
+    pub const ALL: [Reason; 18] = [
         Reason::InvalidSpec,
         Reason::InvalidBackend,
         Reason::BackendUnavailable,
@@ -102,6 +104,7 @@ impl Reason {
         Reason::StalePodGroup,
         Reason::WouldCreatePodGroup,
         Reason::WouldUpdatePodGroup,
+        Reason::WouldDeletePodGroup,
     ];
 
     pub fn as_str(&self) -> &'static str {
@@ -123,6 +126,7 @@ impl Reason {
             Reason::StalePodGroup => "StalePodGroup",
             Reason::WouldCreatePodGroup => "WouldCreatePodGroup",
             Reason::WouldUpdatePodGroup => "WouldUpdatePodGroup",
+            Reason::WouldDeletePodGroup => "WouldDeletePodGroup",
         }
     }
 
@@ -130,6 +134,7 @@ impl Reason {
         match self {
             Reason::WouldCreatePodGroup
             | Reason::WouldUpdatePodGroup
+            | Reason::WouldDeletePodGroup
             | Reason::GangRecovered
             | Reason::GangFeasible => EventType::Normal,
             _ => EventType::Warning,

@@ -9,9 +9,11 @@ use hyper::body::{Bytes, Incoming};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tracing::{info, warn};
+use tracing::{debug, info};
+
+use crate::listen::{Bounds, Listener};
 
 use crate::controller::Readiness;
 use crate::metrics::Metrics;
@@ -90,27 +92,33 @@ async fn handle(
     })
 }
 
-/// Serves the endpoints on `addr` until the task is dropped.
+/// The metrics and health port's bounds: Prometheus and the kubelet's probes keep a handful of
+/// connections; a flood of idle ones is closed within seconds and never starves them.
+pub const BOUNDS: Bounds = Bounds {
+    max_connections: 256,
+    idle_timeout: Duration::from_secs(30),
+    overflow_timeout: Duration::from_secs(2),
+};
+
+/// Serves the endpoints on `listener` until the task is dropped.
 pub async fn serve(listener: TcpListener, health: Health) {
-    if let Ok(addr) = listener.local_addr() {
+    let mut listener = Listener::new(listener, BOUNDS);
+    if let Some(addr) = listener.local_addr() {
         info!(%addr, "serving /metrics, /healthz, /readyz");
     }
     loop {
-        let (stream, _) = match listener.accept().await {
-            Ok(s) => s,
-            Err(e) => {
-                warn!(error = %e, "accept failed");
-                continue;
-            }
-        };
+        let conn = listener.accept().await;
         let health = health.clone();
         tokio::spawn(async move {
             let svc = service_fn(move |req| handle(req, health.clone()));
-            if let Err(e) = http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), svc)
-                .await
-            {
-                warn!(error = %e, "http connection error");
+            let served = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(conn.idle_timeout)
+                .keep_alive(!conn.overflow)
+                .serve_connection(TokioIo::new(conn.stream), svc)
+                .await;
+            if let Err(e) = served {
+                debug!(peer = %conn.peer, error = %e, "http connection ended with an error");
             }
         });
     }

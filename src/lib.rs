@@ -25,6 +25,7 @@ pub mod http;
 pub mod job;
 pub mod kinds;
 pub mod leader;
+pub mod listen;
 pub mod liveness;
 pub mod metrics;
 pub mod own_writes;

@@ -104,7 +104,7 @@ fn classify(pod: &PartialObjectMeta<Pod>) -> Option<(JobKey, bool, bool)> {
     let owner = link::owner_of(&view).ok()?;
     let linked = BACKENDS
         .iter()
-        .any(|b| view.has_link(b.backend().link_key()));
+        .any(|b| view.has_link_in_metadata(b.backend().link_key()));
     let key = (
         pod.namespace()?,
         owner.kind.kind,

@@ -135,6 +135,56 @@ async fn a_foreign_pod_group_whose_job_finished_is_reported_once_and_left_alone(
     assert!(ctl.metric("podgroup_sync_audit_duration_seconds_count", &[]) >= 4.0);
 }
 
+/// A dry-run namespace sees no write of any kind, the audit's deletes included: a stale
+/// PodGroup of ours there is reported (`WouldDeletePodGroup`, once) and survives the audits.
+#[tokio::test]
+async fn a_stale_pod_group_of_ours_in_a_dry_run_namespace_survives_the_audit_and_is_reported() {
+    let _serial = SERIAL.lock().await;
+    let cluster = support::cluster().await;
+    let client = cluster.client().await;
+    let ns = support::test_namespace(&client, "stale-dry-run", &[ENABLED]).await;
+    let ctl = audit_controller(cluster, &[]);
+    let b = Backend::SchedulerPlugins;
+    let job = jobs::job(Kind::PyTorchJob, b, "finished", 1);
+    jobs::create(&client, &ns, Kind::PyTorchJob, &job).await;
+    wait_pg(&client, &ns, b, "finished", "created", |_| true).await;
+    let dry_run = json!({"metadata": {"annotations": {ENABLED.0: "dry-run"}}});
+    Api::<Namespace>::all(client.clone())
+        .patch(&ns, &PatchParams::default(), &Patch::Merge(&dry_run))
+        .await
+        .expect("namespace to dry-run");
+    finish(&client, &ns, Kind::PyTorchJob, "finished").await;
+    let event = jobs::wait_event(&client, &ns, "finished", "WouldDeletePodGroup").await;
+    let note = event.note.clone().unwrap_or_default();
+    eprintln!("WouldDeletePodGroup: {note}");
+    assert_eq!(event.type_.as_deref(), Some("Normal"));
+    assert!(
+        note.contains("has finished") && note.contains("dry-run"),
+        "{note}"
+    );
+    // Two more audit passes (one a second) at least: still there, still one Event.
+    let passes = ctl.metric("podgroup_sync_audit_duration_seconds_count", &[]);
+    support::wait_for("two more audit passes", jobs::WAIT, || async {
+        (ctl.metric("podgroup_sync_audit_duration_seconds_count", &[]) >= passes + 2.0)
+            .then_some(())
+    })
+    .await;
+    assert!(
+        jobs::get_pg(&client, &ns, b, "finished").await.is_some(),
+        "the PodGroup of a finished job in a dry-run namespace is kept"
+    );
+    assert_eq!(
+        jobs::events(&client, &ns, "finished", "WouldDeletePodGroup")
+            .await
+            .len(),
+        1
+    );
+    assert_eq!(
+        ctl.metric("podgroup_sync_stale_podgroups_deleted_total", &[]),
+        0.0
+    );
+}
+
 #[tokio::test]
 async fn an_orphan_of_ours_is_removed_after_a_restart() {
     let _serial = SERIAL.lock().await;

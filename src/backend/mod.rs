@@ -466,6 +466,18 @@ pub fn missing_links(
     let mut out = Vec::new();
     for r in &job.replicas {
         let t = &r.template;
+        if t.metadata
+            .as_ref()
+            .and_then(|m| m.annotations.as_ref())
+            .is_some_and(|a| a.contains_key(LINKED_ANNOTATION))
+        {
+            out.push(format!(
+                "{}: carries the annotation {LINKED_ANNOTATION}, which only the pod-link webhook \
+                 sets: it is no link (only spec.schedulingGroup is) and would hide pods left \
+                 unlinked from PodsNotLinked; remove it",
+                r.replica_type
+            ));
+        }
         let link = backend.template_link(t);
         if link != Some(name) && !(webhook && link.is_none()) {
             out.push(format!(

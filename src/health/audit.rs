@@ -66,14 +66,29 @@ pub struct Finding {
 }
 
 impl Finding {
-    /// The note of the Warning Event on a stale PodGroup that is not ours.
-    pub fn note(&self) -> String {
+    /// What became of the PodGroup's controller, for an Event's note.
+    fn what(&self) -> (&str, &'static str) {
         let owner = self.owner.as_deref().unwrap_or("its owner");
         let what = match self.reason {
             Stale::OwnerDeleted => "no longer exists",
             Stale::OwnerFinished => "has finished",
             Stale::NoOwner => "is unknown",
         };
+        (owner, what)
+    }
+
+    /// The note of the Normal Event on a stale PodGroup of ours in a dry-run namespace.
+    pub fn dry_run_note(&self) -> String {
+        let (owner, what) = self.what();
+        format!(
+            "{} PodGroup {} is stale: its controller {owner} {what}. podgroup-sync would delete it; the namespace is in dry-run mode, so it is left in place",
+            self.backend, self.name
+        )
+    }
+
+    /// The note of the Warning Event on a stale PodGroup that is not ours.
+    pub fn note(&self) -> String {
+        let (owner, what) = self.what();
         format!(
             "{} PodGroup {} is stale: its controller {owner} {what}. It was not made by podgroup-sync, which leaves it in place; while it exists it may hold scheduler queue quota (delete it, or have its maker do so)",
             self.backend, self.name

@@ -12,6 +12,7 @@ use k8s_openapi::jiff::{self, Timestamp};
 use kube::Api;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
+use kube::runtime::reflector::ObjectRef;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
@@ -20,6 +21,7 @@ use super::audit::{self, Finding, Owner, Stale};
 use crate::backend::{BACKENDS, BackendKind};
 use crate::caches::{CachedJob, Caches};
 use crate::controller::Readiness;
+use crate::enablement::Mode;
 use crate::events::Reason;
 use crate::job::{self, JobKind};
 use crate::packed::Packed;
@@ -97,17 +99,26 @@ async fn pass(ctx: &Context, reported: &mut HashSet<String>) {
     );
     let mut foreign: BTreeMap<(BackendKind, Stale), i64> = BTreeMap::new();
     let mut deleted = 0;
+    let mut kept_dry_run = 0;
     for f in &findings {
-        if f.ours {
+        // A dry-run namespace sees no write of any kind: ours are reported, not deleted.
+        let dry_run = f.ours && namespace_mode(ctx, &f.namespace) == Mode::DryRun;
+        if f.ours && !dry_run {
             deleted += delete_ours(ctx, f).await as usize;
+            continue;
+        }
+        let (reason, note) = if dry_run {
+            kept_dry_run += 1;
+            (Reason::WouldDeletePodGroup, f.dry_run_note())
         } else {
             *foreign.entry((f.backend, f.reason)).or_default() += 1;
-            if !reported.contains(&f.uid) && report(ctx, f).await {
-                reported.insert(f.uid.clone());
-            }
+            (Reason::StalePodGroup, f.note())
+        };
+        if !reported.contains(&f.uid) && report(ctx, f, reason, note).await {
+            reported.insert(f.uid.clone());
         }
     }
-    reported.retain(|uid| findings.iter().any(|f| !f.ours && &f.uid == uid));
+    reported.retain(|uid| findings.iter().any(|f| &f.uid == uid));
     for b in BACKENDS {
         for r in [Stale::OwnerDeleted, Stale::OwnerFinished] {
             ctx.metrics
@@ -119,11 +130,12 @@ async fn pass(ctx: &Context, reported: &mut HashSet<String>) {
     let took = started.elapsed();
     ctx.metrics.audit_duration.observe(took.as_secs_f64());
     let stale_foreign: i64 = foreign.values().sum();
-    if deleted > 0 || stale_foreign > 0 {
+    if deleted > 0 || stale_foreign > 0 || kept_dry_run > 0 {
         info!(
             podgroups = all.len(),
             deleted,
             stale_foreign,
+            kept_dry_run,
             ms = took.as_millis() as u64,
             "stale-PodGroup audit"
         );
@@ -193,9 +205,17 @@ async fn owner_gone(ctx: &Context, pg: &DynamicObject) -> bool {
     }
 }
 
-/// Publishes the `StalePodGroup` Warning on a foreign PodGroup; true when published (or the
-/// API server refused it for good).
-async fn report(ctx: &Context, f: &Finding) -> bool {
+/// The mode of a namespace, from the namespace cache.
+fn namespace_mode(ctx: &Context, namespace: &str) -> Mode {
+    let ns = ctx.caches.namespaces.get(&ObjectRef::new(namespace));
+    ctx.settings
+        .enablement
+        .namespace_mode(ns.as_ref().and_then(|n| n.metadata.annotations.as_ref()))
+}
+
+/// Publishes a stale PodGroup's Event (`StalePodGroup` on a foreign one, `WouldDeletePodGroup`
+/// on one of ours in a dry-run namespace); true when published (or refused for good).
+async fn report(ctx: &Context, f: &Finding, reason: Reason, note: String) -> bool {
     let ar = f.backend.backend().api_resource();
     let regarding = ObjectReference {
         api_version: Some(ar.api_version),
@@ -205,14 +225,10 @@ async fn report(ctx: &Context, f: &Finding) -> bool {
         uid: Some(f.uid.clone()),
         ..ObjectReference::default()
     };
-    match ctx
-        .events
-        .publish(&regarding, Reason::StalePodGroup, f.note())
-        .await
-    {
+    match ctx.events.publish(&regarding, reason, note).await {
         Ok(()) => true,
         Err(e) => {
-            debug!(error = %e, "StalePodGroup Event not published; the next audit tries again");
+            debug!(error = %e, reason = reason.as_str(), "stale-PodGroup Event not published; the next audit tries again");
             false
         }
     }

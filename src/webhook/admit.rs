@@ -22,12 +22,13 @@ const POLL: Duration = Duration::from_millis(10);
 
 /// The admission result labels (SPEC §8) and the causes of `error`.
 pub const RESULTS: [&str; 4] = ["linked", "unchanged", "skipped", "error"];
-pub const ERRORS: [&str; 5] = [
+pub const ERRORS: [&str; 6] = [
     "malformed_review",
     "malformed_pod",
     "caches_not_synced",
     "owner_not_cached",
     "request_too_large",
+    "overloaded",
 ];
 
 /// The admission metrics.
@@ -70,7 +71,7 @@ impl AdmissionMetrics {
         let connections = IntCounterVec::new(
             Opts::new(
                 "podgroup_sync_webhook_connections_total",
-                "TLS connections to the webhook, by result (accepted, handshake_failed); a rate close to the admissions' means the API server does not reuse connections",
+                "TLS connections to the webhook, by result (accepted, handshake_failed; overflow: past the connection bound, served once); a rate close to the admissions' means the API server does not reuse connections",
             ),
             &["result"],
         )
@@ -78,7 +79,7 @@ impl AdmissionMetrics {
         registry
             .register(Box::new(connections.clone()))
             .expect("register");
-        for r in ["accepted", "handshake_failed"] {
+        for r in ["accepted", "handshake_failed", "overflow"] {
             connections.with_label_values(&[r]);
         }
         // Every series exists from the start, so rates and alerts see zeros, not gaps.
@@ -176,7 +177,7 @@ impl Admission {
         self.metrics.duration.observe(start.elapsed().as_secs_f64());
     }
 
-    async fn decide(&self, request: &Request, start: Instant) -> Verdict {
+    async fn decide(&self, request: &Request<'_>, start: Instant) -> Verdict {
         if !request.is_pod_create() {
             // The webhook configuration sends only Pod CREATE; anything else passes.
             return Verdict::skipped(Skip::NotPodCreate);

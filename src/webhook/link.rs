@@ -44,17 +44,26 @@ impl PodView<'_> {
         self.labels?.get(key).map(String::as_str)
     }
 
-    /// Whether the pod carries a link at `key`, whatever its value.
+    /// Whether the pod carries a link at `key`, whatever its value. For the native backend only
+    /// the spec field is a link: the marker annotation the webhook writes beside it could come
+    /// from a template, which would claim a link the pod does not have.
     pub fn has_link(&self, key: LinkKey) -> bool {
         match key {
             LinkKey::Label(k) => self.labels.is_some_and(|l| l.contains_key(k)),
             LinkKey::Annotation(k) => self.annotations.is_some_and(|a| a.contains_key(k)),
-            LinkKey::SchedulingGroup => {
-                self.scheduling_group
-                    || self
-                        .annotations
-                        .is_some_and(|a| a.contains_key(backend::LINKED_ANNOTATION))
-            }
+            LinkKey::SchedulingGroup => self.scheduling_group,
+        }
+    }
+
+    /// [`has_link`](Self::has_link) as a metadata-only watch sees it: the native link through the
+    /// webhook's marker annotation (a template that carries the marker is reported on its job by
+    /// [`backend::missing_links`]).
+    pub fn has_link_in_metadata(&self, key: LinkKey) -> bool {
+        match key {
+            LinkKey::SchedulingGroup => self
+                .annotations
+                .is_some_and(|a| a.contains_key(backend::LINKED_ANNOTATION)),
+            key => self.has_link(key),
         }
     }
 
@@ -592,8 +601,49 @@ mod tests {
             backend::LINKED_ANNOTATION.into(),
             "train".into(),
         )]));
-        assert!(marked.view().has_link(LinkKey::SchedulingGroup));
-        assert!(!pytorch_pod().view().has_link(LinkKey::SchedulingGroup));
+        assert!(marked.view().has_link_in_metadata(LinkKey::SchedulingGroup));
+        assert!(
+            !pytorch_pod()
+                .view()
+                .has_link_in_metadata(LinkKey::SchedulingGroup)
+        );
+        // The marker alone (from a template) is no link: the webhook adds the spec field, and
+        // its patch replaces the marker's value with the PodGroup's name.
+        assert!(!marked.view().has_link(LinkKey::SchedulingGroup));
+        marked.annotations = Some(BTreeMap::from([(
+            backend::LINKED_ANNOTATION.into(),
+            "forged".into(),
+        )]));
+        let d = decide_for(&marked, &job, Some(&managed()), &s);
+        let Decision::Link { additions, .. } = &d else {
+            panic!("a pod with only the marker is linked: {d:?}")
+        };
+        assert_eq!(
+            json_patch(&marked.view(), additions),
+            json!([
+                {"op": "add", "path": "/spec/schedulingGroup", "value": {"podGroupName": "train"}},
+                {"op": "add", "path": "/metadata/annotations/podgroup-sync.io~1pod-group", "value": "train"},
+            ])
+        );
+        // A template that carries the marker is reported on its job.
+        let forged = pytorch(
+            json!({}),
+            json!({"annotations": {backend::LINKED_ANNOTATION: "train"}}),
+        );
+        let j = job::normalize(&job::PYTORCHJOB, &serde_json::to_value(&forged).unwrap()).unwrap();
+        let missing = backend::missing_links(
+            BackendKind::Kubernetes.backend(),
+            &j,
+            "train",
+            &s.backend_options,
+            true,
+        );
+        assert!(
+            missing
+                .iter()
+                .any(|m| m.contains("only the pod-link webhook sets")),
+            "{missing:?}"
+        );
     }
 
     #[test]

@@ -1,32 +1,40 @@
 //! The `admission.k8s.io/v1` AdmissionReview wire format: the request fields the webhook reads
 //! and the response it sends (always allowed; a JSON Patch when something is added).
 
+use std::collections::BTreeMap;
+
 use base64::Engine;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde::Deserialize;
+use serde::de::IgnoredAny;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 pub const API_VERSION: &str = "admission.k8s.io/v1";
 
+/// An AdmissionReview as read: only the fields the webhook uses are kept, the object stays a
+/// borrowed slice of the body until its few fields are read, and everything else is skipped
+/// without being built (a body of any shape costs its own bytes, not a tree of them).
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Review {
+struct Review<'a> {
     api_version: String,
     kind: String,
-    request: Option<Request>,
+    #[serde(borrow)]
+    request: Option<Request<'a>>,
 }
 
 /// The fields of an AdmissionRequest the webhook reads.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Request {
+pub struct Request<'a> {
     pub uid: String,
     pub kind: Kind,
     pub operation: String,
     #[serde(default)]
     pub namespace: Option<String>,
-    #[serde(default)]
-    pub object: Option<Value>,
+    #[serde(default, borrow)]
+    pub object: Option<&'a RawValue>,
     #[serde(default)]
     pub dry_run: Option<bool>,
 }
@@ -39,7 +47,7 @@ pub struct Kind {
     pub kind: String,
 }
 
-impl Request {
+impl Request<'_> {
     /// A Pod CREATE, the only request the webhook acts on.
     pub fn is_pod_create(&self) -> bool {
         self.kind.group.is_empty()
@@ -49,10 +57,44 @@ impl Request {
     }
 }
 
+/// The pod metadata the decision reads.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodMeta {
+    #[serde(default)]
+    pub namespace: Option<String>,
+    #[serde(default)]
+    pub labels: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub annotations: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub owner_references: Option<Vec<OwnerReference>>,
+}
+
+/// The pod spec fields the decision reads.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PodSpec {
+    #[serde(default)]
+    scheduler_name: Option<String>,
+    /// Present (whatever its content) or not.
+    #[serde(default)]
+    scheduling_group: Option<IgnoredAny>,
+}
+
+/// The pod's two parts, each read on its own so that an error names the part.
+#[derive(Debug, Deserialize)]
+struct PodParts<'a> {
+    #[serde(default, borrow)]
+    metadata: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    spec: Option<&'a RawValue>,
+}
+
 /// The pod fields the decision reads, parsed from the request's object.
 #[derive(Debug)]
 pub struct Pod {
-    pub metadata: ObjectMeta,
+    pub metadata: PodMeta,
     pub scheduler_name: Option<String>,
     /// Whether the pod already names a scheduling group (`spec.schedulingGroup`, the native
     /// backend's link), whatever its content.
@@ -60,7 +102,7 @@ pub struct Pod {
 }
 
 /// Parses an AdmissionReview body; the error says what is wrong with it.
-pub fn parse(body: &[u8]) -> Result<Request, String> {
+pub fn parse(body: &[u8]) -> Result<Request<'_>, String> {
     let review: Review =
         serde_json::from_slice(body).map_err(|e| format!("not an AdmissionReview: {e}"))?;
     if review.api_version != API_VERSION || review.kind != "AdmissionReview" {
@@ -76,25 +118,42 @@ pub fn parse(body: &[u8]) -> Result<Request, String> {
 
 /// The pod of a request, or what is wrong with it.
 pub fn pod(request: &Request) -> Result<Pod, String> {
-    let object = request.object.as_ref().ok_or("the request has no object")?;
-    let metadata = match object.get("metadata") {
-        Some(m) => ObjectMeta::deserialize(m).map_err(|e| format!("pod metadata: {e}"))?,
-        None => ObjectMeta::default(),
+    let object = request.object.ok_or("the request has no object")?;
+    let parts: PodParts = serde_json::from_str(object.get()).map_err(|e| format!("pod: {e}"))?;
+    let metadata = match parts.metadata {
+        Some(m) => serde_json::from_str::<Option<PodMeta>>(m.get())
+            .map_err(|e| format!("pod metadata: {e}"))?
+            .unwrap_or_default(),
+        None => PodMeta::default(),
     };
-    let scheduler_name = match object.pointer("/spec/schedulerName") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(other) => return Err(format!("pod spec.schedulerName is not a string: {other}")),
+    let spec = match parts.spec {
+        Some(s) => serde_json::from_str::<Option<PodSpec>>(s.get())
+            .map_err(|e| format!("pod spec: {e}"))?
+            .unwrap_or_default(),
+        None => PodSpec::default(),
     };
-    let scheduling_group = !matches!(
-        object.pointer("/spec/schedulingGroup"),
-        None | Some(Value::Null)
-    );
     Ok(Pod {
         metadata,
-        scheduler_name,
-        scheduling_group,
+        scheduler_name: spec.scheduler_name,
+        scheduling_group: spec.scheduling_group.is_some(),
     })
+}
+
+/// The `request.uid` of an AdmissionReview from its first bytes, for an answer without reading
+/// the rest: the API server writes the request's `uid` first (`{"kind":…,"apiVersion":…,
+/// "request":{"uid":"…"`). `None` when it is not there or is not a UID's characters.
+pub fn uid_from_prefix(prefix: &[u8]) -> Option<&str> {
+    const KEY: &[u8] = br#""request":{"uid":""#;
+    let at = prefix.windows(KEY.len()).position(|w| w == KEY)? + KEY.len();
+    let rest = &prefix[at..];
+    let len = rest.iter().position(|b| *b == b'"')?;
+    let uid = std::str::from_utf8(&rest[..len]).ok()?;
+    let valid = !uid.is_empty()
+        && uid.len() <= 128
+        && uid
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+    valid.then_some(uid)
 }
 
 /// The response: allowed, with the JSON Patch when there is one, and warnings for the client.
@@ -147,7 +206,8 @@ mod tests {
                 r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"uid":"u",
                 "kind":{{"group":"","version":"v1","kind":"Pod"}},"operation":"CREATE","object":{object}}}}}"#
             );
-            parse(body.as_bytes()).unwrap()
+            let body: &'static [u8] = Box::leak(body.into_bytes().into_boxed_slice());
+            parse(body).unwrap()
         };
         assert!(
             pod(&review(r#"{"metadata":{"labels":"no"}}"#))
@@ -157,14 +217,40 @@ mod tests {
         assert!(
             pod(&review(r#"{"spec":{"schedulerName":7}}"#))
                 .unwrap_err()
-                .contains("not a string")
+                .starts_with("pod spec")
         );
+        assert!(pod(&review("7")).unwrap_err().starts_with("pod:"));
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        assert!(
+            pod(&review(&deep)).is_err(),
+            "nesting is refused, not recursed into"
+        );
+        let bodies: Vec<String> = ["{}", r#"{"metadata":null,"spec":null}"#]
+            .iter()
+            .map(|o| o.to_string())
+            .collect();
+        for o in &bodies {
+            assert!(pod(&review(o)).is_ok(), "{o}");
+        }
         let ok = pod(&review(
             r#"{"metadata":{"name":"p"},"spec":{"schedulerName":"volcano"}}"#,
         ))
         .unwrap();
         assert_eq!(ok.scheduler_name.as_deref(), Some("volcano"));
         assert!(review("{}").is_pod_create());
+    }
+
+    #[test]
+    fn the_uid_is_found_in_the_first_bytes_the_api_server_sends() {
+        let body = br#"{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"0b9c6d6e-1f1a-4c4e-9b1e-3c2f4a5b6c7d","kind":{"group":""#;
+        assert_eq!(
+            uid_from_prefix(body),
+            Some("0b9c6d6e-1f1a-4c4e-9b1e-3c2f4a5b6c7d")
+        );
+        assert_eq!(uid_from_prefix(br#"{"request":{"uid":"a\"b"}}"#), None);
+        assert_eq!(uid_from_prefix(br#"{"request":{"uid":""}}"#), None);
+        assert_eq!(uid_from_prefix(br#"{"request":{"uid":"unterminated"#), None);
+        assert_eq!(uid_from_prefix(b"[[],[],[]]"), None);
     }
 
     #[test]
