@@ -24,7 +24,7 @@ test: lint binaries
 lint:
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets -- -D warnings
-	$(CARGO) clippy --test e2e --test faults --test native --test e2e_native --test node -- -D warnings
+	$(CARGO) clippy --test e2e --test faults --test doors --test native --test e2e_native --test node -- -D warnings
 
 unit:
 	$(CARGO) test --lib
@@ -38,7 +38,7 @@ integration: binaries
 
 # One scenario at a time: each kills processes of a control plane of its own.
 faults: binaries
-	$(CARGO) test --test faults -- --test-threads=1 --nocapture
+	$(CARGO) test --test faults --test doors -- --test-threads=1 --nocapture
 
 e2e: binaries
 	tests/e2e/get-e2e-binaries.sh >/dev/null

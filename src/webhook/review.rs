@@ -57,18 +57,125 @@ impl Request<'_> {
     }
 }
 
-/// The pod metadata the decision reads.
+/// The pod metadata the decision reads. Of the labels and annotations only the keys the
+/// decision reads are kept ([`read_key`]), of the owner references only controllers: a pod of
+/// any size is read in memory proportional to those few.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PodMeta {
     #[serde(default)]
     pub namespace: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "picked")]
     pub labels: Option<BTreeMap<String, String>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "picked")]
     pub annotations: Option<BTreeMap<String, String>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "controllers")]
     pub owner_references: Option<Vec<OwnerReference>>,
+}
+
+/// At most this many kept entries per map or list; more is a malformed pod (a real one has a
+/// handful, and the API server allows one controller).
+const MAX_PICKED: usize = 64;
+
+/// Whether the decision can read this label or annotation key: the Kubeflow operators' labels,
+/// every backend's link key and the native link's marker.
+pub fn read_key(key: &str) -> bool {
+    key.starts_with("training.kubeflow.org/")
+        || key == crate::backend::LINKED_ANNOTATION
+        || crate::backend::BACKENDS.iter().any(|b| {
+            matches!(b.backend().link_key(),
+                crate::backend::LinkKey::Label(k) | crate::backend::LinkKey::Annotation(k) if k == key)
+        })
+}
+
+/// A map of strings, keeping only the [`read_key`] entries (`None` for null).
+fn picked<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<BTreeMap<String, String>>, D::Error> {
+    struct Visit;
+    impl<'de> serde::de::Visitor<'de> for Visit {
+        type Value = Option<BTreeMap<String, String>>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a map of strings")
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut m: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut kept = BTreeMap::new();
+            while let Some(key) = m.next_key::<std::borrow::Cow<'de, str>>()? {
+                if !read_key(&key) {
+                    m.next_value::<StringOnly>()?;
+                    continue;
+                }
+                if kept.len() == MAX_PICKED {
+                    return Err(serde::de::Error::custom(format!(
+                        "more than {MAX_PICKED} keys the webhook reads"
+                    )));
+                }
+                kept.insert(key.into_owned(), m.next_value::<String>()?);
+            }
+            Ok(Some(kept))
+        }
+    }
+    d.deserialize_any(Visit)
+}
+
+/// A string value that is checked and dropped.
+struct StringOnly;
+
+impl<'de> Deserialize<'de> for StringOnly {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl serde::de::Visitor<'_> for Visit {
+            type Value = StringOnly;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E>(self, _: &str) -> Result<StringOnly, E> {
+                Ok(StringOnly)
+            }
+        }
+        d.deserialize_str(Visit)
+    }
+}
+
+/// The owner references, keeping only controllers (`None` for null).
+fn controllers<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Vec<OwnerReference>>, D::Error> {
+    struct Visit;
+    impl<'de> serde::de::Visitor<'de> for Visit {
+        type Value = Option<Vec<OwnerReference>>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a list of owner references")
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut s: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut kept = Vec::new();
+            while let Some(r) = s.next_element::<OwnerReference>()? {
+                if r.controller != Some(true) {
+                    continue;
+                }
+                if kept.len() == MAX_PICKED {
+                    return Err(serde::de::Error::custom(format!(
+                        "more than {MAX_PICKED} controller references"
+                    )));
+                }
+                kept.push(r);
+            }
+            Ok(Some(kept))
+        }
+    }
+    d.deserialize_any(Visit)
 }
 
 /// The pod spec fields the decision reads.
@@ -238,6 +345,64 @@ mod tests {
         .unwrap();
         assert_eq!(ok.scheduler_name.as_deref(), Some("volcano"));
         assert!(review("{}").is_pod_create());
+    }
+
+    #[test]
+    fn only_the_keys_and_owners_the_decision_reads_are_kept() {
+        let mut labels: serde_json::Map<String, Value> = (0..10_000)
+            .map(|i| (format!("example.com/l{i}"), json!("v")))
+            .collect();
+        labels.insert("training.kubeflow.org/job-name".into(), json!("train"));
+        labels.insert("scheduling.x-k8s.io/pod-group".into(), json!("train"));
+        let object = json!({"metadata": {"labels": labels,
+            "annotations": {"example.com/blob": "x", "podgroup-sync.io/pod-group": "train"},
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "uid": "1"},
+                {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "train", "uid": "2", "controller": true}]}});
+        let body = review_body(&object.to_string());
+        let p = pod(&parse(&body).unwrap()).unwrap();
+        let kept: Vec<&String> = p.metadata.labels.as_ref().unwrap().keys().collect();
+        assert_eq!(
+            kept,
+            [
+                "scheduling.x-k8s.io/pod-group",
+                "training.kubeflow.org/job-name"
+            ]
+        );
+        let annotations = p.metadata.annotations.unwrap();
+        assert_eq!(
+            annotations.keys().collect::<Vec<_>>(),
+            ["podgroup-sync.io/pod-group"]
+        );
+        let owners = p.metadata.owner_references.unwrap();
+        assert_eq!(owners.len(), 1);
+        assert_eq!(owners[0].name, "train");
+        // An empty map is still a map (the patch must not create it again).
+        let body = review_body(r#"{"metadata":{"labels":{"a":"b"},"annotations":null}}"#);
+        let p = pod(&parse(&body).unwrap()).unwrap();
+        assert_eq!(p.metadata.labels, Some(BTreeMap::new()));
+        assert_eq!(p.metadata.annotations, None);
+        // More keys of the kinds read than any real pod has: malformed, not kept.
+        let many: serde_json::Map<String, Value> = (0..=MAX_PICKED)
+            .map(|i| (format!("training.kubeflow.org/k{i}"), json!("v")))
+            .collect();
+        let body = review_body(&json!({"metadata": {"labels": many}}).to_string());
+        let e = pod(&parse(&body).unwrap()).unwrap_err();
+        assert!(
+            e.starts_with("pod metadata") && e.contains("more than"),
+            "{e}"
+        );
+        // Values of skipped keys are still checked.
+        let body = review_body(r#"{"metadata":{"labels":{"a":7}}}"#);
+        assert!(pod(&parse(&body).unwrap()).is_err());
+    }
+
+    fn review_body(object: &str) -> Vec<u8> {
+        format!(
+            r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"uid":"u",
+            "kind":{{"group":"","version":"v1","kind":"Pod"}},"operation":"CREATE","object":{object}}}}}"#
+        )
+        .into_bytes()
     }
 
     #[test]
