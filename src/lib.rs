@@ -12,6 +12,7 @@
 
 pub mod backend;
 pub mod caches;
+pub mod client;
 pub mod controller;
 pub mod diff;
 pub mod discovery;

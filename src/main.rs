@@ -11,6 +11,7 @@ use tokio::sync::watch;
 use tracing::{error, info};
 
 use podgroup_sync::backend::{BackendKind, BackendOptions};
+use podgroup_sync::client as api;
 use podgroup_sync::controller::{self, Readiness, RuntimeSettings, Signals};
 use podgroup_sync::enablement::{Enablement, Mode};
 use podgroup_sync::events::Events;
@@ -150,6 +151,11 @@ struct RunArgs {
     /// completing) before /healthz fails, so that a restart is tried. Readiness drops at once.
     #[arg(long, env = "PODGROUP_SYNC_CACHE_STALL_SECONDS", default_value_t = 300)]
     cache_stall_seconds: u64,
+    /// Seconds any API request (watches aside) may take, answer included; a request that gets
+    /// no complete answer in time fails and is retried by the backoffs. A leader's writes end
+    /// sooner: at its renew deadline.
+    #[arg(long, env = "PODGROUP_SYNC_API_TIMEOUT_SECONDS", default_value_t = 30)]
+    api_timeout_seconds: u64,
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, env = "PODGROUP_SYNC_HTTP_ADDR", default_value = "0.0.0.0:8080")]
     http_addr: SocketAddr,
@@ -375,7 +381,11 @@ fn run_explain(args: ExplainArgs) -> std::process::ExitCode {
 
 /// `explain --kubeconfig` / `--job`: the cluster's context, and for `--job` the comparison.
 async fn explain_with_cluster(args: &ExplainArgs) -> Result<String, String> {
-    let client = client(args.kubeconfig.as_ref())
+    let deadlines = api::Deadlines {
+        timeout: Duration::from_secs(30),
+        fence: api::Fence::open(),
+    };
+    let client = client(args.kubeconfig.as_ref(), deadlines)
         .await
         .map_err(|e| format!("cannot reach the cluster: {e}"))?;
     let opts = args.backend_args.options();
@@ -448,7 +458,10 @@ fn run_controller(args: RunArgs) -> std::process::ExitCode {
 /// How long a connection to the API server may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, Box<dyn std::error::Error>> {
+async fn client(
+    kubeconfig: Option<&PathBuf>,
+    deadlines: api::Deadlines,
+) -> Result<kube::Client, Box<dyn std::error::Error>> {
     let mut config = match kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)?;
@@ -464,7 +477,11 @@ async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, Box<dyn st
     // fault. Failed requests surface at once and are retried by the requeue and watch
     // backoffs, whose caps are seconds.
     config.default_retry = false;
-    Ok(kube::Client::try_from(config)?)
+    // kube sets no read timeout: the deadlines layer gives every request but watches one, and
+    // fences writes behind the leader's Lease.
+    Ok(kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&deadlines)
+        .build())
 }
 
 /// Behaviour settings from the flags.
@@ -515,7 +532,20 @@ fn spawn_leader_gauge(mut leading: watch::Receiver<bool>, metrics: Arc<Metrics>)
 }
 
 async fn controller_main(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
-    let client = client(args.kubeconfig.as_ref()).await?;
+    let lease = args.leader.enabled.then(|| lease_config(&args.leader));
+    if let Some(cfg) = &lease {
+        cfg.check()?;
+    }
+    let fence = if lease.is_some() {
+        api::Fence::closed()
+    } else {
+        api::Fence::open()
+    };
+    let deadlines = api::Deadlines {
+        timeout: Duration::from_secs(args.api_timeout_seconds.max(1)),
+        fence: fence.clone(),
+    };
+    let client = client(args.kubeconfig.as_ref(), deadlines).await?;
     let metrics = Arc::new(Metrics::new());
     let readiness = Readiness::default();
     let heartbeat = Arc::new(AtomicI64::new(0));
@@ -525,8 +555,8 @@ async fn controller_main(args: RunArgs) -> Result<(), Box<dyn std::error::Error>
         readiness: readiness.clone(),
         heartbeat: heartbeat.clone(),
         wedged_after: Duration::from_secs((args.discovery_interval_seconds * 4).max(120)),
-        // Longer than any API call (kube's read timeout is under 5 minutes) can hold a reconcile.
-        reconcile_stuck_after: Duration::from_secs(600),
+        // Far longer than any API call (--api-timeout-seconds) can hold a reconcile.
+        reconcile_stuck_after: Duration::from_secs(600.max(args.api_timeout_seconds * 4)),
         cache_stall_after: Duration::from_secs(args.cache_stall_seconds.max(1)),
         in_flight: in_flight.clone(),
     };
@@ -547,12 +577,12 @@ async fn controller_main(args: RunArgs) -> Result<(), Box<dyn std::error::Error>
     let (leading_tx, leading_rx) = watch::channel(!args.leader.enabled);
     // Sent once the controllers stopped: only then is the Lease released.
     let (release_tx, release_rx) = watch::channel(false);
-    let election = if args.leader.enabled {
-        let cfg = lease_config(&args.leader);
+    let election = if let Some(cfg) = lease {
         info!(lease = %cfg.name, namespace = %cfg.namespace, identity = %cfg.identity, "leader election on");
         Some(tokio::spawn(leader::run(
             client.clone(),
             cfg,
+            fence,
             leading_tx,
             release_rx,
         )))
@@ -597,11 +627,12 @@ async fn controller_main(args: RunArgs) -> Result<(), Box<dyn std::error::Error>
                     r?;
                     // The controllers stopped after their in-flight reconciles: hand over now.
                     let _ = release_tx.send(true);
-                    election.await??;
+                    election.await?;
                 }
                 r = &mut election => {
-                    // Leadership lost (or the task died): stop at once so nothing writes.
-                    r??;
+                    // The election ends only on shutdown, after the controllers: a task that
+                    // died. Stop at once (its fence stays closed, so nothing writes).
+                    r?;
                     return Err("leader election ended".into());
                 }
             }

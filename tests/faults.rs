@@ -117,8 +117,13 @@ struct Scenario {
 
 impl Scenario {
     async fn new(name: &str) -> Scenario {
+        Scenario::new_with(name, &[]).await
+    }
+
+    /// [`Scenario::new`] with start.sh options (e.g. `AUDIT=1`).
+    async fn new_with(name: &str, env: &'static [(&'static str, &'static str)]) -> Scenario {
         eprintln!("== fault scenario: {name}");
-        let cluster = tokio::task::spawn_blocking(support::private_cluster)
+        let cluster = tokio::task::spawn_blocking(move || support::private_cluster_with(env))
             .await
             .expect("start control plane");
         let client = cluster.client().await;
@@ -461,8 +466,8 @@ async fn api_server_killed_mid_burst_leader_elected_pair() {
     let mut expect = prepare(&sc, 550).await;
     let (more, cleared) = burst_with_fault(&sc, api_server_outage(&sc)).await;
     expect.extend(more);
-    // A leader that cannot renew its Lease exits (as designed; its pod would be restarted);
-    // the other instance must take over and converge.
+    // A leader that cannot renew its Lease steps down and stays a standby; one of the two
+    // leads again once the API server is back, and converges.
     let took = sc
         .converged(
             &expect,
@@ -481,7 +486,131 @@ async fn api_server_killed_mid_burst_leader_elected_pair() {
     for c in [&a, &b] {
         assert_no_panic(c);
     }
-    assert!(exited.len() < 2, "both instances exited");
+    assert!(exited.is_empty(), "instances exited: {exited:?}");
+}
+
+/// The renew deadline and lease of [`controller::leader_args`].
+const RENEW_DEADLINE: Duration = Duration::from_secs(4);
+const LEASE: Duration = Duration::from_secs(6);
+
+/// A leader whose connection to the API server stalls — a loopback proxy stops forwarding,
+/// without closing, for 40 s — while jobs keep coming: it stops writing at its renew deadline,
+/// before its Lease can expire; the standby leads within lease + 5 s; in the API server's audit
+/// log no PodGroup write of the stalled replica follows the new leader's first; and once the
+/// proxy forwards again the stalled replica is back as a live, ready standby.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_whose_api_connection_stalls_stops_writing_before_its_lease_expires() {
+    const STALL: Duration = Duration::from_secs(40);
+    let sc = Scenario::new_with(
+        "the leader's API connection stalls for 40 s",
+        &[("AUDIT", "1")],
+    )
+    .await;
+    let lease_ns = support::test_namespace(&sc.client, "lease", &[]).await;
+    let api: std::net::SocketAddr = faults::env(&sc.cluster, "API_URL")
+        .trim_start_matches("https://")
+        .parse()
+        .expect("API server address");
+    let proxy = faults::StallingProxy::start(api).await;
+    let (cluster, ns) = (sc.cluster.clone(), lease_ns.clone());
+    let (kc_a, kc_b) = tokio::task::spawn_blocking(move || {
+        let a = faults::service_account_kubeconfig(&cluster, &ns, "leader-a");
+        let b = faults::service_account_kubeconfig(&cluster, &ns, "leader-b");
+        (a, b)
+    })
+    .await
+    .unwrap();
+    let kc_a = faults::kubeconfig_via(&kc_a, proxy.port);
+    let user = |who: &str| format!("system:serviceaccount:{lease_ns}:leader-{who}");
+    let args = |who: &str| controller::leader_args(&lease_ns, who);
+    let args_a = args("a");
+    let mut a = sc.controller(
+        Some(&kc_a),
+        &args_a.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let leading = |c: &Controller| c.metric("podgroup_sync_leader", &[]) == 1.0;
+    support::wait_for("a leads", Duration::from_secs(30), || async {
+        leading(&a).then_some(())
+    })
+    .await;
+    let args_b = args("b");
+    let mut b = sc.controller(
+        Some(&kc_b),
+        &args_b.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let mut expect = batch("pre", 20, 0);
+    sc.create(&expect).await;
+    sc.converged(&expect, Instant::now(), "before the stall")
+        .await;
+
+    proxy.stall(true);
+    let stalled = Instant::now();
+    let (mut a_stepped_down, mut b_leads) = (None, None);
+    let mut during = Vec::new();
+    let mut i = 0;
+    while stalled.elapsed() < STALL {
+        if a_stepped_down.is_none() && !leading(&a) {
+            a_stepped_down = Some(stalled.elapsed());
+        }
+        if b_leads.is_none() && leading(&b) {
+            b_leads = Some(stalled.elapsed());
+        }
+        if i % 5 == 0 {
+            let job = batch(&format!("stall-{i}"), 1, 0);
+            sc.create(&job).await;
+            during.extend(job);
+        }
+        i += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    proxy.stall(false);
+    let released = Instant::now();
+    expect.extend(during);
+    sc.converged(&expect, released, "a leader's API connection stalled 40 s")
+        .await;
+    wait_ready(&a).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let writes: Vec<faults::AuditedWrite> = faults::audited_writes(&sc.cluster)
+        .into_iter()
+        .filter(|w| (200..300).contains(&w.code))
+        .collect();
+    let by = |who: &str| writes.iter().filter(|w| w.user == user(who)).count();
+    let first_b = writes.iter().position(|w| w.user == user("b"));
+    let last_a = writes.iter().rposition(|w| w.user == user("a"));
+    let a_after_b: Vec<&faults::AuditedWrite> = first_b
+        .map(|f| writes[f..].iter().filter(|w| w.user == user("a")).collect())
+        .unwrap_or_default();
+    println!(
+        "figure: stalled leader: stepped down {:?} after the stall (renew deadline {RENEW_DEADLINE:?}, lease {LEASE:?}); standby led after {:?}; PodGroup writes: {} by the stalled replica (last at {}), {} by the new leader (first at {}); {} writes of the stalled replica after the new leader's first",
+        a_stepped_down,
+        b_leads,
+        by("a"),
+        last_a.map_or("-", |i| writes[i].at.as_str()),
+        by("b"),
+        first_b.map_or("-", |i| writes[i].at.as_str()),
+        a_after_b.len()
+    );
+    assert!(
+        a_stepped_down.is_some_and(|d| d < LEASE),
+        "the stalled leader did not stop before its lease could expire: {a_stepped_down:?}\n{}",
+        a.log_tail()
+    );
+    assert!(
+        b_leads.is_some_and(|d| d < LEASE + Duration::from_secs(5)),
+        "the standby did not lead within lease + 5 s: {b_leads:?}"
+    );
+    assert!(by("a") > 0 && by("b") > 0, "both led: {writes:?}");
+    assert!(a_after_b.is_empty(), "writes overlap: {a_after_b:?}");
+    assert!(
+        a.child.try_wait().unwrap().is_none(),
+        "the stalled replica exited:\n{}",
+        a.log_tail()
+    );
+    assert!(!leading(&a) && leading(&b), "one leader, the new one");
+    for c in [&mut a, &mut b] {
+        assert_no_panic(c);
+        c.stop();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

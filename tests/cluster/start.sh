@@ -17,6 +17,8 @@
 # environment:
 #   START_KCM=0         do not start kube-controller-manager (no GC, namespaces stay Terminating)
 #   READY_TIMEOUT=120   seconds each component may take to become ready
+#   AUDIT=1             the API server logs every PodGroup write (user, verb, object, times) to
+#                       $W/audit.log
 #   PGS_BIN_DIR, PGS_CRDS_DIR   use these directories instead of running get-binaries.sh
 #   NATIVE_GANG=1       Kubernetes' own gang scheduling: K8S_VERSION defaults to 1.37.2, the
 #                       GenericWorkload gate is on in every component, scheduling.k8s.io/v1beta1
@@ -69,6 +71,24 @@ fi
 
 mkdir -p "$W"
 W=$(cd "$W" && pwd -P)   # absolute: it is written into kubeconfig/env and matched by stop.sh
+# AUDIT=1: every PodGroup write is logged to $W/audit.log (who, what, when), one JSON line each.
+if [ "${AUDIT:-0}" = 1 ]; then
+  cat > "$W/audit-policy.yaml" <<'POLICY'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  verbs: [create, update, patch, delete, deletecollection]
+  resources:
+  - group: scheduling.x-k8s.io
+  - group: scheduling.volcano.sh
+  - group: scheduling.k8s.io
+- level: None
+POLICY
+  APISERVER_EXTRA+=(--audit-policy-file="$W/audit-policy.yaml" --audit-log-path="$W/audit.log"
+    --audit-log-mode=blocking)
+fi
 # Outside the node tier: loopback only, no Service endpoint for the API server, no token mounts.
 BIND=127.0.0.1 ADVERTISE=127.0.0.1 NODE_SANS=
 APISERVER_NET=(--endpoint-reconciler-type=none --disable-admission-plugins=ServiceAccount)

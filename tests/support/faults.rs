@@ -275,3 +275,124 @@ spec:
     std::fs::write(&file, manifest).expect("write throttle.yaml");
     cluster.kubectl_ok(&["apply", "-f", &file.display().to_string()]);
 }
+
+/// A loopback TCP proxy in front of the API server that can stall: while stalled it neither
+/// reads nor forwards a byte in either direction, and keeps every connection open (a network
+/// that silently stops delivering); when released, what waited is forwarded.
+pub struct StallingProxy {
+    pub port: u16,
+    stalled: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl StallingProxy {
+    /// Listens on a loopback port and forwards each connection to `target`.
+    pub async fn start(target: std::net::SocketAddr) -> StallingProxy {
+        use std::sync::Arc;
+        use std::sync::atomic::AtomicBool;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind proxy");
+        let port = listener.local_addr().unwrap().port();
+        let stalled = Arc::new(AtomicBool::new(false));
+        let flag = stalled.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((client, _)) = listener.accept().await else {
+                    continue;
+                };
+                let flag = flag.clone();
+                tokio::spawn(async move {
+                    let Ok(server) = tokio::net::TcpStream::connect(target).await else {
+                        return;
+                    };
+                    let (cr, cw) = client.into_split();
+                    let (sr, sw) = server.into_split();
+                    tokio::join!(pump(cr, sw, flag.clone()), pump(sr, cw, flag));
+                });
+            }
+        });
+        StallingProxy { port, stalled }
+    }
+
+    pub fn stall(&self, on: bool) {
+        self.stalled.store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    stalled: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let held = || async {
+        while stalled.load(std::sync::atomic::Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        held().await;
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        // Bytes read just as the stall began wait for its end too.
+        held().await;
+        if to.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown().await;
+}
+
+/// A copy of kubeconfig `path` whose server is `https://127.0.0.1:<port>` (a proxy's).
+pub fn kubeconfig_via(path: &std::path::Path, port: u16) -> PathBuf {
+    let text = std::fs::read_to_string(path).expect("read kubeconfig");
+    let out: Vec<String> = text
+        .lines()
+        .map(|l| match l.split_once("server: ") {
+            Some((indent, _)) => format!("{indent}server: https://127.0.0.1:{port}"),
+            None => l.to_string(),
+        })
+        .collect();
+    let via = path.with_extension(format!("via-{port}.kubeconfig"));
+    std::fs::write(&via, out.join("\n") + "\n").expect("write kubeconfig");
+    via
+}
+
+/// One PodGroup write the API server completed, from its audit log (`AUDIT=1`).
+#[derive(Debug, Clone)]
+pub struct AuditedWrite {
+    pub user: String,
+    pub verb: String,
+    pub name: String,
+    pub code: u16,
+    /// When the API server finished it (RFC 3339, microseconds: sorts as text).
+    pub at: String,
+}
+
+/// The PodGroup writes in the control plane's audit log, in the order they completed.
+pub fn audited_writes(cluster: &Cluster) -> Vec<AuditedWrite> {
+    let text = std::fs::read_to_string(work_dir(cluster).join("audit.log")).unwrap_or_default();
+    let mut writes: Vec<AuditedWrite> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["stage"] == "ResponseComplete")
+        .map(|e| AuditedWrite {
+            user: e["user"]["username"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            verb: e["verb"].as_str().unwrap_or_default().to_string(),
+            name: e["objectRef"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            code: e["responseStatus"]["code"].as_u64().unwrap_or(0) as u16,
+            at: e["stageTimestamp"].as_str().unwrap_or_default().to_string(),
+        })
+        .collect();
+    writes.sort_by(|a, b| a.at.cmp(&b.at));
+    writes
+}

@@ -1,0 +1,280 @@
+//! The API client every part of the controller shares, with two guarantees kube's own client
+//! does not give:
+//!
+//! - **every request has a deadline** (`--api-timeout-seconds`): a request that gets no complete
+//!   answer in time fails, and the requeue, watch and audit backoffs retry it. Watches are the
+//!   exception: they are meant to stay open, and kube-runtime's watcher ends one that stays
+//!   silent past its server-side timeout.
+//! - **with leader election on, every write passes the leader's [`Fence`]**: a write is sent
+//!   only while the fence is open, and its deadline ends when the fence closes, which is the
+//!   renew deadline after the start of the last successful Lease renewal — strictly before the
+//!   Lease can expire and a standby take over. A hung write is abandoned, not left to land late.
+//!   The Lease's own requests are exempt (the election bounds them itself).
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use hyper::body::{Body, Frame};
+use hyper::{Method, Request, Response};
+use tokio::time::{Instant, Sleep};
+use tower::{BoxError, Layer, Service};
+
+/// Until when a replica may write.
+#[derive(Debug)]
+pub struct Fence(Mutex<Gate>);
+
+#[derive(Debug, Clone, Copy)]
+enum Gate {
+    /// No leader election: writes always pass.
+    Open,
+    /// Writes pass until this instant (none yet: closed).
+    Until(Option<Instant>),
+}
+
+impl Fence {
+    /// The fence of a controller without leader election.
+    pub fn open() -> Arc<Fence> {
+        Arc::new(Fence(Mutex::new(Gate::Open)))
+    }
+
+    /// The fence of a candidate: closed until its first renewal.
+    pub fn closed() -> Arc<Fence> {
+        Arc::new(Fence(Mutex::new(Gate::Until(None))))
+    }
+
+    /// Writes may pass until `until` (a renewal).
+    pub fn open_until(&self, until: Instant) {
+        *self.0.lock().expect("lock") = Gate::Until(Some(until));
+    }
+
+    /// Writes stop now (leadership given up).
+    pub fn close(&self) {
+        *self.0.lock().expect("lock") = Gate::Until(None);
+    }
+
+    /// How long writes may still take: `None` without a bound, zero when closed.
+    pub fn remaining(&self) -> Option<Duration> {
+        match *self.0.lock().expect("lock") {
+            Gate::Open => None,
+            Gate::Until(None) => Some(Duration::ZERO),
+            Gate::Until(Some(t)) => Some(t.saturating_duration_since(Instant::now())),
+        }
+    }
+}
+
+/// What kind of request, for its deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// `watch=true`: no deadline.
+    Watch,
+    /// GET and the like: the API timeout.
+    Read,
+    /// POST, PUT, PATCH, DELETE: the API timeout, and the fence.
+    Write,
+    /// A request on a Lease (the election's own): the API timeout only.
+    Lease,
+}
+
+/// The class of a request from its method and URI.
+pub fn classify(method: &Method, path: &str, query: Option<&str>) -> Class {
+    let watch = query.is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
+    if watch {
+        return Class::Watch;
+    }
+    if path.starts_with("/apis/coordination.k8s.io/") && path.contains("/leases") {
+        return Class::Lease;
+    }
+    match *method {
+        Method::GET | Method::HEAD | Method::OPTIONS => Class::Read,
+        _ => Class::Write,
+    }
+}
+
+/// The deadline of a request of `class` (`None`: none), or why it is not sent.
+pub fn deadline(
+    class: Class,
+    timeout: Duration,
+    fence: &Fence,
+) -> Result<Option<Duration>, String> {
+    match class {
+        Class::Watch => Ok(None),
+        Class::Read | Class::Lease => Ok(Some(timeout)),
+        Class::Write => match fence.remaining() {
+            None => Ok(Some(timeout)),
+            Some(left) if left.is_zero() => Err(
+                "not sent: this replica is not the leader (its Lease renewal is overdue)".into(),
+            ),
+            Some(left) => Ok(Some(left.min(timeout))),
+        },
+    }
+}
+
+/// The tower layer that gives requests their deadlines.
+#[derive(Clone)]
+pub struct Deadlines {
+    pub timeout: Duration,
+    pub fence: Arc<Fence>,
+}
+
+impl<S> Layer<S> for Deadlines {
+    type Service = DeadlineService<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        DeadlineService {
+            inner,
+            deadlines: self.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct DeadlineService<S> {
+    inner: S,
+    deadlines: Deadlines,
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for DeadlineService<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    S::Error: Into<BoxError>,
+    S::Future: Send + 'static,
+    ResBody: Body + Send + 'static,
+{
+    type Response = Response<TimedBody<ResBody>>;
+    type Error = BoxError;
+    type Future = BoxFuture<'static, Result<Self::Response, BoxError>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        let class = classify(req.method(), req.uri().path(), req.uri().query());
+        let limit = match deadline(class, self.deadlines.timeout, &self.deadlines.fence) {
+            Ok(l) => l,
+            Err(why) => return Box::pin(async move { Err(why.into()) }),
+        };
+        let response = self.inner.call(req);
+        Box::pin(async move {
+            let Some(limit) = limit else {
+                let r = response.await.map_err(Into::into)?;
+                return Ok(r.map(|b| TimedBody {
+                    inner: b,
+                    deadline: None,
+                }));
+            };
+            let until = Instant::now() + limit;
+            match tokio::time::timeout_at(until, response).await {
+                Ok(r) => {
+                    let r = r.map_err(Into::into)?;
+                    let deadline = Some(Box::pin(tokio::time::sleep_until(until)));
+                    Ok(r.map(|b| TimedBody { inner: b, deadline }))
+                }
+                Err(_) => Err(format!("no answer from the API server within {limit:?}").into()),
+            }
+        })
+    }
+}
+
+/// A response body that must be read whole before its request's deadline.
+pub struct TimedBody<B> {
+    inner: B,
+    deadline: Option<Pin<Box<Sleep>>>,
+}
+
+impl<B> Body for TimedBody<B>
+where
+    B: Body + Unpin,
+    B::Error: Into<BoxError>,
+{
+    type Data = B::Data;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        if let Some(d) = self.deadline.as_mut()
+            && d.as_mut().poll(cx).is_ready()
+        {
+            return Poll::Ready(Some(Err(
+                "the API server's answer did not arrive in time".into()
+            )));
+        }
+        Pin::new(&mut self.inner).poll_frame(cx).map_err(Into::into)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_classed_by_method_path_and_watch() {
+        let q = Some("labelSelector=a&watch=true&resourceVersion=5");
+        assert_eq!(classify(&Method::GET, "/api/v1/pods", q), Class::Watch);
+        assert_eq!(
+            classify(&Method::GET, "/api/v1/pods", Some("limit=100")),
+            Class::Read
+        );
+        assert_eq!(
+            classify(&Method::GET, "/api/v1/pods", Some("watch=false")),
+            Class::Read
+        );
+        let pg = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/a/podgroups/j";
+        for m in [Method::POST, Method::PUT, Method::PATCH, Method::DELETE] {
+            assert_eq!(classify(&m, pg, None), Class::Write);
+        }
+        let lease = "/apis/coordination.k8s.io/v1/namespaces/a/leases/podgroup-sync";
+        assert_eq!(classify(&Method::PUT, lease, None), Class::Lease);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn writes_pass_only_while_the_fence_is_open_and_end_when_it_closes() {
+        let t = Duration::from_secs(30);
+        let open = Fence::open();
+        assert_eq!(deadline(Class::Write, t, &open), Ok(Some(t)));
+        let fence = Fence::closed();
+        assert!(
+            deadline(Class::Write, t, &fence)
+                .unwrap_err()
+                .contains("not the leader")
+        );
+        assert_eq!(deadline(Class::Read, t, &fence), Ok(Some(t)));
+        assert_eq!(deadline(Class::Lease, t, &fence), Ok(Some(t)));
+        assert_eq!(deadline(Class::Watch, t, &fence), Ok(None));
+        fence.open_until(Instant::now() + Duration::from_secs(10));
+        assert_eq!(
+            deadline(Class::Write, t, &fence),
+            Ok(Some(Duration::from_secs(10)))
+        );
+        tokio::time::advance(Duration::from_secs(4)).await;
+        assert_eq!(
+            deadline(Class::Write, t, &fence),
+            Ok(Some(Duration::from_secs(6)))
+        );
+        tokio::time::advance(Duration::from_secs(6)).await;
+        assert!(
+            deadline(Class::Write, t, &fence).is_err(),
+            "closed at the renew deadline"
+        );
+        fence.open_until(Instant::now() + Duration::from_secs(100));
+        assert_eq!(
+            deadline(Class::Write, t, &fence),
+            Ok(Some(t)),
+            "never past the API timeout"
+        );
+        fence.close();
+        assert!(deadline(Class::Write, t, &fence).is_err());
+    }
+}
