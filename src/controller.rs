@@ -6,6 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::core::v1::{LimitRange, Namespace};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -89,6 +92,9 @@ struct ContextCaches {
     limit_ranges: Store<LimitRange>,
     priority_classes: Store<PriorityClass>,
     runtime_classes: Store<RuntimeClass>,
+    /// Read only for their changes: a policy that refused a PodGroup may pass it now.
+    admission_policies: Store<ValidatingAdmissionPolicy>,
+    policy_bindings: Store<ValidatingAdmissionPolicyBinding>,
     /// Nodes (and later Queues), with the feasibility check on.
     capacity: Option<CapacityCaches>,
     tasks: Vec<JoinHandle<()>>,
@@ -130,7 +136,23 @@ fn spawn_context_caches(
         liveness.probe("runtimeclasses"),
         metrics.clone(),
     );
-    let mut tasks = vec![h1, h2, h3, h4];
+    // A PodGroup refused at admission is sent again at once when a policy or its binding
+    // changes (see `refusal`); the others wait for their backoff.
+    let (admission_policies, h5) = spawn_context_cache(
+        Api::<ValidatingAdmissionPolicy>::all(client.clone()),
+        triggers.clone(),
+        |_| Some(Trigger::All),
+        liveness.probe("validatingadmissionpolicies"),
+        metrics.clone(),
+    );
+    let (policy_bindings, h6) = spawn_context_cache(
+        Api::<ValidatingAdmissionPolicyBinding>::all(client.clone()),
+        triggers.clone(),
+        |_| Some(Trigger::All),
+        liveness.probe("validatingadmissionpolicybindings"),
+        metrics.clone(),
+    );
+    let mut tasks = vec![h1, h2, h3, h4, h5, h6];
     let capacity = feasibility.then(|| {
         let (c, h) = CapacityCaches::spawn(client, liveness.probe("nodes"), metrics.clone());
         tasks.push(h);
@@ -142,6 +164,8 @@ fn spawn_context_caches(
         limit_ranges,
         priority_classes,
         runtime_classes,
+        admission_policies,
+        policy_bindings,
         capacity,
         tasks,
     }
@@ -201,6 +225,14 @@ impl ContextCaches {
             (
                 "runtimeclasses",
                 self.runtime_classes.wait_until_ready().await.is_ok(),
+            ),
+            (
+                "validatingadmissionpolicies",
+                self.admission_policies.wait_until_ready().await.is_ok(),
+            ),
+            (
+                "validatingadmissionpolicybindings",
+                self.policy_bindings.wait_until_ready().await.is_ok(),
             ),
             (
                 "nodes",

@@ -61,6 +61,8 @@ pub enum Reason {
     PodsNotLinked,
     /// A PodGroup of that name belongs to someone else.
     PodGroupConflict,
+    /// An admission webhook or policy refused the PodGroup; sent again with a backoff.
+    PodGroupRefused,
     /// The scheduler says the gang cannot be scheduled.
     GangUnschedulable,
     /// The gang has been waiting longer than the warning threshold.
@@ -86,7 +88,7 @@ pub enum Reason {
 }
 
 impl Reason {
-    pub const ALL: [Reason; 18] = [
+    pub const ALL: [Reason; 19] = [
         Reason::InvalidSpec,
         Reason::InvalidBackend,
         Reason::BackendUnavailable,
@@ -94,6 +96,7 @@ impl Reason {
         Reason::MissingPodGroupLink,
         Reason::PodsNotLinked,
         Reason::PodGroupConflict,
+        Reason::PodGroupRefused,
         Reason::GangUnschedulable,
         Reason::GangWaiting,
         Reason::GangBroken,
@@ -116,6 +119,7 @@ impl Reason {
             Reason::MissingPodGroupLink => "MissingPodGroupLink",
             Reason::PodsNotLinked => "PodsNotLinked",
             Reason::PodGroupConflict => "PodGroupConflict",
+            Reason::PodGroupRefused => "PodGroupRefused",
             Reason::GangUnschedulable => "GangUnschedulable",
             Reason::GangWaiting => "GangWaiting",
             Reason::GangBroken => "GangBroken",

@@ -34,6 +34,7 @@ pub mod packed;
 pub mod plan;
 pub mod quantity;
 pub mod reconcile;
+pub mod refusal;
 pub mod resources;
 pub mod running;
 pub mod strip;

@@ -24,6 +24,7 @@ use crate::health::feasible::{self, Capacity};
 use crate::health::{JobHealth, broken};
 use crate::job::{self, InvalidJob, Job, JobKind};
 use crate::reconcile::{FIELD_MANAGER, ResizePolicy, Settings};
+use crate::refusal::Refusal;
 use crate::resources::AdmissionDefaults;
 
 /// A resourceVersion no PodGroup can have (etcd's first revision belongs to the API server's own
@@ -54,8 +55,8 @@ pub struct Input<'a> {
     /// The namespace's LimitRange defaults and the RuntimeClass overheads.
     pub defaults: &'a Result<AdmissionDefaults, InvalidJob>,
     pub pod_groups: &'a dyn PodGroups,
-    /// The object the API server refused (400/422) for this job last time, and its message.
-    pub refused: Option<&'a (Value, String)>,
+    /// What the API server refused for this job last time.
+    pub refused: Option<&'a Refusal>,
     /// The job's pods created without a PodGroup link (name, is the MPIJob launcher); kept
     /// only with the pod-link webhook on.
     pub unlinked_pods: &'a [(String, bool)],
@@ -465,8 +466,9 @@ fn plan_pod_group(
     status(input, plan, backend_kind, &pg, gang.min_member)
 }
 
-/// Adds the write, unless the API server refused this very object for the job before: then the
-/// refusal is reported again and nothing is sent until a job change alters the object.
+/// Adds the write, unless the PodGroup's schema refused this very object for the job before:
+/// then the refusal is reported again and nothing is sent until a job change alters the object.
+/// An object refused at admission is sent again (see `refusal`).
 fn with_write(
     input: &Input,
     mut plan: Plan,
@@ -476,8 +478,8 @@ fn with_write(
     body: Value,
     gang: &Gang,
 ) -> Plan {
-    if let Some((_, message)) = input.refused.filter(|(o, _)| *o == body) {
-        plan.add_invalid(&InvalidJob::RefusedByApiServer(message.clone()));
+    if let Some(r) = input.refused.filter(|r| r.holds_back(&body)) {
+        plan.add_invalid(&InvalidJob::RefusedByApiServer(r.message.clone()));
         return plan;
     }
     plan.write = Some(Write {
@@ -770,7 +772,7 @@ mod tests {
         ns: Option<&BTreeMap<String, String>>,
         pgs: &Cached,
         s: &Settings,
-        refused: Option<&(Value, String)>,
+        refused: Option<&Refusal>,
         leading: bool,
     ) -> Plan {
         plan_unlinked(job, ns, pgs, s, refused, leading, &[])
@@ -781,7 +783,7 @@ mod tests {
         ns: Option<&BTreeMap<String, String>>,
         pgs: &Cached,
         s: &Settings,
-        refused: Option<&(Value, String)>,
+        refused: Option<&Refusal>,
         leading: bool,
         unlinked_pods: &[(String, bool)],
     ) -> Plan {
@@ -1286,7 +1288,14 @@ mod tests {
             .write
             .unwrap()
             .body;
-        let refused = (body, "spec.minMember: Invalid value".to_string());
+        let refused = Refusal::of(
+            422,
+            "spec.minMember: Invalid value",
+            body,
+            None,
+            std::time::Instant::now(),
+        )
+        .unwrap();
         let p = plan_full(
             &job(3),
             Some(&annotations("true")),

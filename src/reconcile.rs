@@ -16,7 +16,6 @@ use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, Resource, ResourceExt, api::DynamicObject};
-use serde_json::Value;
 use tracing::{debug, info, warn};
 
 use crate::backend::{BackendKind, BackendOptions, Phase};
@@ -29,6 +28,7 @@ use crate::liveness::InFlight;
 use crate::metrics::Metrics;
 use crate::packed::Packed;
 use crate::plan::{self, Delete, Input, Op, Outcome, Plan, PodGroups, SeenPhase, Tally, Write};
+use crate::refusal::Refusal;
 
 /// The field manager of every write.
 pub const FIELD_MANAGER: &str = "podgroup-sync";
@@ -75,9 +75,9 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Consecutive failed reconciles per job UID, for the requeue backoff.
     failures: Mutex<HashMap<String, u32>>,
-    /// PodGroups the API server refused (422/400) per job UID: the refused object and the
-    /// server's message. The same object is not sent again; a job change that alters it is.
-    refused: Mutex<HashMap<String, (Value, String)>>,
+    /// PodGroups the API server refused per job UID (see `refusal`): one the schema refused is
+    /// not sent again until a job change alters it; one refused at admission is, with a backoff.
+    refused: Mutex<HashMap<String, Refusal>>,
     /// PodGroups this process saw waiting (not Running): the gang wait is measured for these
     /// only, so a restart does not record every running gang with its whole age.
     waiting_seen: Mutex<std::collections::HashSet<String>>,
@@ -166,9 +166,19 @@ impl Context {
         }
     }
 
-    /// The object the API server refused for the job last time, and its message.
-    fn refusal(&self, uid: &str) -> Option<(Value, String)> {
+    /// What the API server refused for the job last time.
+    fn refusal(&self, uid: &str) -> Option<Refusal> {
         self.refused.lock().expect("lock").get(uid).cloned()
+    }
+
+    /// Forgets what is kept per job (failures, refusals, gang health, published Events) for a
+    /// job that was deleted.
+    pub fn forget_job(&self, uid: &str) {
+        self.failures.lock().expect("lock").remove(uid);
+        self.refused.lock().expect("lock").remove(uid);
+        self.health.lock().expect("lock").remove(uid);
+        self.waiting_seen.lock().expect("lock").remove(uid);
+        self.events.forget(uid, &Reason::ALL);
     }
     /// Keeps (or forgets) what the plan says to remember of a job's gang health.
     fn remember_health(&self, uid: &str, health: Option<JobHealth>) {
@@ -328,20 +338,35 @@ async fn execute(
             }) if e.code == 409 && write.op == Op::Create => {
                 plan.outcome = Outcome::RequeueAfter(Duration::from_secs(1));
             }
-            // A value the PodGroup's schema does not allow comes from the job's spec: reported
-            // with the server's message (it names the field), not sent again until it changes.
+            // Refused: by the schema (a value the job's spec gave; not sent again until it
+            // changes), or at admission (sent again with a backoff; see `refusal`).
             Err(Error::Write {
                 source: kube::Error::Api(e),
-                ..
-            }) if e.code == 400 || e.code == 422 => {
-                warn!(namespace, podgroup = write.name, code = e.code, error = %e.message, "the API server refused the PodGroup; not retried until the job changes");
+                action,
+                namespace: ns,
+                name,
+            }) => {
+                let before = ctx.refusal(&uid);
+                let Some(refusal) = Refusal::of(
+                    e.code,
+                    &e.message,
+                    write.body,
+                    before.as_ref(),
+                    Instant::now(),
+                ) else {
+                    let source = kube::Error::Api(e);
+                    return Err(Error::Write {
+                        action,
+                        namespace: ns,
+                        name,
+                        source,
+                    });
+                };
+                refused(&mut plan, &namespace, &write.name, &refusal);
                 ctx.refused
                     .lock()
                     .expect("lock")
-                    .insert(uid.clone(), (write.body, e.message.clone()));
-                plan.valid = false;
-                plan.phase = None;
-                plan.add_invalid(&InvalidJob::RefusedByApiServer(e.message));
+                    .insert(uid.clone(), refusal);
             }
             Err(e) => return Err(e),
         }
@@ -359,6 +384,28 @@ async fn execute(
     count(ctx, &plan.tallies);
     publish(obj, ctx, kind, &plan.events).await?;
     Ok(plan.outcome)
+}
+
+/// Reports a refused PodGroup on the plan: the schema's as `InvalidSpec`, an admission refusal
+/// as `PodGroupRefused` naming who refused, with a retry after its backoff.
+fn refused(plan: &mut Plan, namespace: &str, name: &str, refusal: &Refusal) {
+    plan.valid = false;
+    plan.phase = None;
+    let (Some(by), Some(retry)) = (&refusal.by, refusal.retry_after()) else {
+        warn!(namespace, podgroup = name, error = %refusal.message, "the API server refused the PodGroup; not retried until the job changes");
+        plan.add_invalid(&InvalidJob::RefusedByApiServer(refusal.message.clone()));
+        return;
+    };
+    warn!(namespace, podgroup = name, by, attempts = refusal.attempts, retry_in = ?retry, error = %refusal.message, "the PodGroup was refused at admission; sent again after a backoff");
+    plan.outcome = Outcome::RequeueAfter(retry);
+    plan.events.push((
+        Reason::PodGroupRefused,
+        format!(
+            "{by} refused PodGroup {name}: {}. podgroup-sync sends it again with a backoff (at most {}s), and at once when the namespace, a PriorityClass, an admission policy or its binding, or (with --gang-feasibility) a Volcano Queue changes",
+            refusal.message,
+            crate::refusal::ADMISSION_RETRY_MAX.as_secs()
+        ),
+    ));
 }
 
 /// Counts a plan's metrics.

@@ -320,6 +320,7 @@ fn spawn_kind_controller(
     let probe = liveness.probe(kind_resource(kind));
     let watch_probe = probe.clone();
     let watch_metrics = ctx.metrics.clone();
+    let watch_ctx = ctx.clone();
     // The cache keeps what a reconcile reads (see `strip`): field-manager bookkeeping, the
     // last-applied copy and every template field no computation reads are dropped. Jobs reach
     // the queue only once the cache holds them; the first list's page by page (see
@@ -331,6 +332,10 @@ fn spawn_kind_controller(
         // A job relist needs no trigger: `reflect_settled` hands every job on at its end.
         .inspect(move |event| {
             crate::watch::observe(&watch_probe, &watch_metrics, event);
+            // What was kept for a deleted job goes with it.
+            if let Ok(kube::runtime::watcher::Event::Delete(job)) = event {
+                watch_ctx.forget_job(job.metadata.uid.as_deref().unwrap_or_default());
+            }
         })
         .modify(move |job: &mut DynamicObject| crate::strip::job(kind, job))
         .map_ok(crate::packed::event);

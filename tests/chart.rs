@@ -206,6 +206,14 @@ fn expected_cluster_triples(
         &["list", "watch"],
     );
     add("node.k8s.io", &["runtimeclasses"], &["list", "watch"]);
+    add(
+        "admissionregistration.k8s.io",
+        &[
+            "validatingadmissionpolicies",
+            "validatingadmissionpolicybindings",
+        ],
+        &["list", "watch"],
+    );
     let pg_verbs = ["list", "watch", "create", "patch", "delete"];
     add("scheduling.x-k8s.io", &["podgroups"], &pg_verbs);
     add("scheduling.volcano.sh", &["podgroups"], &pg_verbs);
@@ -1390,6 +1398,11 @@ async fn removing_any_single_rule_makes_the_controller_name_the_missing_permissi
         rm("scheduling.k8s.io", "priorityclasses", "list"),
         rm("scheduling.k8s.io", "priorityclasses", "watch"),
         rm("node.k8s.io", "runtimeclasses", "watch"),
+        rm(
+            "admissionregistration.k8s.io",
+            "validatingadmissionpolicybindings",
+            "list",
+        ),
         rm("kubeflow.org", "pytorchjobs", "list"),
         rm("kubeflow.org", "pytorchjobs", "watch"),
         rm("scheduling.x-k8s.io", "podgroups", "list"),

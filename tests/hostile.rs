@@ -1,7 +1,7 @@
 //! Hostile input on a real control plane: a corpus of schema-valid bad jobs (the API server
 //! accepts every one of them), each with the Event it must produce, beside good jobs that still
 //! get their PodGroups promptly; and a PodGroup the API server refuses (a cluster policy)
-//! reported once as `InvalidSpec` and not retried until the job changes.
+//! reported as `PodGroupRefused`, sent again with a backoff, and created once the policy is relaxed.
 
 mod support;
 
@@ -800,16 +800,17 @@ fn refused_pod_group_writes(cluster: &support::Cluster) -> f64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pod_group_the_api_server_refuses_is_reported_once_and_not_retried_until_the_job_changes()
-{
+async fn a_pod_group_refused_by_an_admission_policy_is_retried_with_a_backoff_and_created_once_the_policy_is_relaxed()
+ {
     let _serial = SERIAL.lock().await;
     let cluster = support::cluster().await;
     let client = cluster.client().await;
     let ns = support::test_namespace(&client, "refused", &[ENABLED]).await;
     cluster.kubectl_ok(&["label", "namespace", &ns, &format!("pgs-refuse={ns}")]);
     // A cluster policy the controller cannot know of: gangs above 50 pods are refused (422).
-    let policy = format!(
-        r#"apiVersion: admissionregistration.k8s.io/v1
+    let policy = |max: u32| {
+        format!(
+            r#"apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicy
 metadata:
   name: max-gang-{ns}
@@ -822,7 +823,7 @@ spec:
       operations: ["CREATE", "UPDATE"]
       resources: ["podgroups"]
   validations:
-  - expression: "object.spec.minMember <= 50"
+  - expression: "object.spec.minMember <= {max}"
     message: "spec.minMember: at most 50 pods per gang in this cluster"
 ---
 apiVersion: admissionregistration.k8s.io/v1
@@ -837,9 +838,10 @@ spec:
       matchLabels:
         pgs-refuse: {ns}
 "#
-    );
+        )
+    };
     let file = std::env::temp_dir().join(format!("vap-{ns}.yaml"));
-    std::fs::write(&file, policy).unwrap();
+    std::fs::write(&file, policy(50)).unwrap();
     cluster.kubectl_ok(&["apply", "-f", &file.display().to_string()]);
     // The policy takes effect once the API server has loaded it.
     support::wait_for("the policy in force", Duration::from_secs(30), || async {
@@ -865,41 +867,59 @@ spec:
     let before = refused_pod_group_writes(cluster);
     let manifest = jobs::job(Kind::PyTorchJob, Backend::SchedulerPlugins, "too-big", 60);
     jobs::create(&client, &ns, Kind::PyTorchJob, &manifest).await;
-    let event = jobs::wait_event(&client, &ns, "too-big", "InvalidSpec").await;
+    let event = jobs::wait_event(&client, &ns, "too-big", "PodGroupRefused").await;
     let note = event.note.unwrap_or_default();
-    assert!(note.contains("spec.minMember"), "{note}");
-    // Things that make the controller look at the job again, but do not change it.
+    eprintln!("PodGroupRefused: {note}");
+    assert!(
+        note.contains(&format!("ValidatingAdmissionPolicy \"max-gang-{ns}\""))
+            && note.contains("at most 50 pods"),
+        "{note}"
+    );
+    // Sent again with a backoff (1, 2, 4, 8 s), and at once when the namespace changes.
     cluster.kubectl_ok(&["annotate", "namespace", &ns, "touched=1"]);
     tokio::time::sleep(Duration::from_secs(12)).await;
     let refused = refused_pod_group_writes(cluster) - before;
-    println!("figure: refused PodGroup: {refused} write(s) in 12 s");
-    assert_eq!(refused, 1.0, "the refused PodGroup was sent again");
+    println!("figure: PodGroup refused at admission: {refused} write(s) in 12 s");
+    assert!(
+        (3.0..=7.0).contains(&refused),
+        "{refused} refused writes in 12 s: expected a backoff of 1, 2, 4, 8 s"
+    );
+    assert!(
+        jobs::get_pg(&client, &ns, Backend::SchedulerPlugins, "too-big")
+            .await
+            .is_none()
+    );
+    assert_eq!(
+        jobs::events(&client, &ns, "too-big", "PodGroupRefused")
+            .await
+            .len(),
+        1,
+        "one Event for the same refusal"
+    );
     assert_eq!(
         jobs::events(&client, &ns, "too-big", "InvalidSpec")
             .await
             .len(),
-        1
+        0,
+        "an admission refusal is no fault of the job's spec"
     );
 
-    // The job changes so that the PodGroup is acceptable: it is created.
-    jobs::patch(
-        &client,
-        &ns,
-        Kind::PyTorchJob,
-        "too-big",
-        json!({"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 10}}}}),
-        false,
-    )
-    .await;
+    // The policy is relaxed: the PodGroup follows at once, with no restart and no job change.
+    std::fs::write(&file, policy(100)).unwrap();
+    cluster.kubectl_ok(&["apply", "-f", &file.display().to_string()]);
+    let relaxed = std::time::Instant::now();
     jobs::wait_pg(
         &client,
         &ns,
         Backend::SchedulerPlugins,
         "too-big",
-        "created after the change",
-        |pg| jobs::spec(pg)["minMember"] == 11,
+        "created once the policy is relaxed",
+        |pg| jobs::spec(pg)["minMember"] == 61,
     )
     .await;
+    let took = relaxed.elapsed();
+    println!("figure: PodGroup created {took:?} after the policy was relaxed");
+    assert!(took < Duration::from_secs(5), "{took:?}");
     let _ = ctl;
     cluster.kubectl(&["delete", "-f", &file.display().to_string()]);
 }

@@ -89,6 +89,11 @@ are only listed and watched (by caches), never fetched one by one, so "get" is n
 - apiGroups: ["node.k8s.io"]
   resources: ["runtimeclasses"]
   verbs: ["list", "watch"]
+# ValidatingAdmissionPolicies and their bindings, watched for their changes only: a PodGroup a
+# policy refused is sent again at once when one changes (otherwise after a backoff).
+- apiGroups: ["admissionregistration.k8s.io"]
+  resources: ["validatingadmissionpolicies", "validatingadmissionpolicybindings"]
+  verbs: ["list", "watch"]
 # The PodGroups it owns, for every backend (scheduler-plugins, Volcano, and Kubernetes' own
 # scheduling.k8s.io/v1beta1 on 1.37+; no Workload objects): watched (read from the cache only);
 # created and updated with server-side apply (an apply that creates an object needs create as
