@@ -313,6 +313,27 @@ async fn rule_8_a_pod_right_after_its_job_is_linked_and_one_whose_job_never_come
         "{}",
         shared_log()
     );
+
+    // A pod naming the cached job but another UID (stale or forged): answered after a short
+    // look, unlinked, counted as skipped — not an error, and no owner-wait.
+    let before = shared_metric(
+        "podgroup_sync_admissions_total",
+        &[("result", "skipped"), ("reason", "owner_uid_mismatch")],
+    );
+    let mut forged = operator_pod(Kind::TFJob, &job, "PS", None);
+    for r in forged.metadata.owner_references.iter_mut().flatten() {
+        r.uid = "00000000-0000-0000-0000-000000000002".into();
+    }
+    let start = Instant::now();
+    let pod = wh::create_pod(&client, &ns, &forged).await;
+    let took = start.elapsed();
+    assert_eq!(link_of(&pod, Backend::SchedulerPlugins).0, None);
+    assert!(took < Duration::from_millis(1000), "{took:?}");
+    let after = shared_metric(
+        "podgroup_sync_admissions_total",
+        &[("result", "skipped"), ("reason", "owner_uid_mismatch")],
+    );
+    assert_eq!(after, before + 1.0);
 }
 
 #[tokio::test]

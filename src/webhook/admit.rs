@@ -259,38 +259,82 @@ impl Admission {
     }
 }
 
-/// The job of `owner` from the cache; while it is absent (or an older job of that name is
-/// cached), looks again until `deadline`.
+/// How long a pod whose controller reference names a cached job of another UID waits for the
+/// cache to catch up (a job deleted and recreated under its name, its new pods a moment ahead
+/// of our watch) before it is taken for a stale or forged reference.
+const OTHER_UID_WAIT: Duration = Duration::from_millis(250);
+
+/// The job of `owner` from the cache; while it is absent, looks again until `deadline`. A job of
+/// that name cached with another UID is looked at again only for [`OTHER_UID_WAIT`]: then the
+/// pod is skipped (`owner_uid_mismatch`), not counted as an error.
 async fn wait_for_job(
     caches: &Caches,
     owner: &Owner,
     namespace: &str,
     deadline: Instant,
 ) -> Result<std::sync::Arc<kube::api::DynamicObject>, Verdict> {
+    let mut other_uid_since = None;
     loop {
-        match caches.job(owner.kind, namespace, &owner.name) {
-            CachedJob::Found(job)
-                if owner.uid.is_none() || job.metadata.uid.as_ref() == owner.uid.as_ref() =>
-            {
+        let seen = caches.job(owner.kind, namespace, &owner.name);
+        let now = Instant::now();
+        match judge(&seen, owner, namespace, now, &mut other_uid_since, deadline) {
+            Wait::Found => {
+                let CachedJob::Found(job) = seen else {
+                    unreachable!("judged found")
+                };
                 return Ok(job);
             }
-            seen => {
-                if Instant::now() >= deadline {
-                    return Err(match seen {
-                        CachedJob::KindNotWatched => Verdict::skipped(Skip::KindNotWatched),
-                        _ => Verdict::error(
-                            "owner_not_cached",
-                            format!(
-                                "podgroup-sync: {} {namespace}/{} is not in its cache yet; the pod is not linked to its PodGroup",
-                                owner.kind.kind, owner.name
-                            ),
-                        ),
-                    });
-                }
-            }
+            Wait::Again => {}
+            Wait::Done(verdict) => return Err(verdict),
         }
         tokio::time::sleep(POLL).await;
     }
+}
+
+/// What one look at the cache decides.
+#[derive(Debug)]
+enum Wait {
+    Found,
+    Again,
+    Done(Verdict),
+}
+
+/// One look at the cache (pure): found, look again, or the verdict.
+fn judge(
+    seen: &CachedJob,
+    owner: &Owner,
+    namespace: &str,
+    now: Instant,
+    other_uid_since: &mut Option<Instant>,
+    deadline: Instant,
+) -> Wait {
+    match seen {
+        CachedJob::Found(job)
+            if owner.uid.is_none() || job.metadata.uid.as_ref() == owner.uid.as_ref() =>
+        {
+            return Wait::Found;
+        }
+        CachedJob::Found(_) => {
+            let since = *other_uid_since.get_or_insert(now);
+            if now >= since + OTHER_UID_WAIT {
+                return Wait::Done(Verdict::skipped(Skip::OwnerUidMismatch));
+            }
+        }
+        _ => *other_uid_since = None,
+    }
+    if now < deadline {
+        return Wait::Again;
+    }
+    Wait::Done(match seen {
+        CachedJob::KindNotWatched => Verdict::skipped(Skip::KindNotWatched),
+        _ => Verdict::error(
+            "owner_not_cached",
+            format!(
+                "podgroup-sync: {} {namespace}/{} is not in its cache yet; the pod is not linked to its PodGroup",
+                owner.kind.kind, owner.name
+            ),
+        ),
+    })
 }
 
 fn verdict_of(
@@ -330,5 +374,87 @@ fn verdict_of(
             }
             Verdict::skipped(skip)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use kube::api::DynamicObject;
+    use serde_json::json;
+
+    use super::*;
+
+    fn job(uid: &str) -> CachedJob {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": "train", "namespace": "ns", "uid": uid}}))
+        .unwrap();
+        CachedJob::Found(Arc::new(obj))
+    }
+
+    fn owner(uid: &str) -> Owner {
+        Owner {
+            kind: &crate::job::PYTORCHJOB,
+            name: "train".into(),
+            uid: Some(uid.into()),
+            launcher: false,
+        }
+    }
+
+    #[test]
+    fn a_pod_of_another_uid_than_the_cached_jobs_is_skipped_after_a_short_wait() {
+        let t0 = Instant::now();
+        let deadline = t0 + Duration::from_secs(2);
+        let mut since = None;
+        let forged = owner("forged");
+        assert!(matches!(
+            judge(&job("real"), &forged, "ns", t0, &mut since, deadline),
+            Wait::Again
+        ));
+        let later = t0 + OTHER_UID_WAIT;
+        let Wait::Done(v) = judge(&job("real"), &forged, "ns", later, &mut since, deadline) else {
+            panic!("still waiting")
+        };
+        assert_eq!((v.result, v.reason), ("skipped", "owner_uid_mismatch"));
+        // The cache catching up within the wait finds the job.
+        let mut since = None;
+        let _ = judge(&job("old"), &owner("new"), "ns", t0, &mut since, deadline);
+        assert!(matches!(
+            judge(
+                &job("new"),
+                &owner("new"),
+                "ns",
+                t0 + OTHER_UID_WAIT / 2,
+                &mut since,
+                deadline
+            ),
+            Wait::Found
+        ));
+        // A job absent from the cache is waited for until the deadline, then an error.
+        let mut since = None;
+        assert!(matches!(
+            judge(
+                &CachedJob::Absent,
+                &forged,
+                "ns",
+                t0 + OTHER_UID_WAIT,
+                &mut since,
+                deadline
+            ),
+            Wait::Again
+        ));
+        let Wait::Done(v) = judge(
+            &CachedJob::Absent,
+            &forged,
+            "ns",
+            deadline,
+            &mut since,
+            deadline,
+        ) else {
+            panic!("still waiting")
+        };
+        assert_eq!((v.result, v.reason), ("error", "owner_not_cached"));
     }
 }

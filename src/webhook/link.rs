@@ -112,6 +112,9 @@ pub enum Skip {
     LauncherOutsideGang,
     /// A PodGroup of that name belongs to someone else (`PodGroupConflict` on the job).
     Conflict,
+    /// The controller reference names a job of that name cached with another UID (a stale or
+    /// forged reference).
+    OwnerUidMismatch,
 }
 
 impl Skip {
@@ -132,10 +135,11 @@ impl Skip {
             Skip::BackendNotServed => "backend_not_served",
             Skip::LauncherOutsideGang => "launcher_outside_gang",
             Skip::Conflict => "conflict",
+            Skip::OwnerUidMismatch => "owner_uid_mismatch",
         }
     }
 
-    pub const ALL: [Skip; 15] = [
+    pub const ALL: [Skip; 16] = [
         Skip::NotPodCreate,
         Skip::NoOwner,
         Skip::ForeignOwner,
@@ -151,6 +155,7 @@ impl Skip {
         Skip::BackendNotServed,
         Skip::LauncherOutsideGang,
         Skip::Conflict,
+        Skip::OwnerUidMismatch,
     ];
 }
 
