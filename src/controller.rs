@@ -18,7 +18,7 @@ use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use crate::backend::{BACKENDS, BackendKind, MANAGED_BY_LABEL, MANAGED_BY_VALUE, Phase};
+use crate::backend::{BACKENDS, BackendKind, Phase, made_by};
 use crate::caches::Caches;
 use crate::discovery::{discover, discovery_retry};
 use crate::enablement::Mode;
@@ -346,7 +346,7 @@ pub async fn run(
                 warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "discovery failed; retrying");
             }
         }
-        refresh_gauges(&metrics, &caches, &ctx_settings.enablement, &readiness);
+        refresh_gauges(&metrics, &caches, &ctx_settings, &readiness);
         refresh_health_gauges(&metrics, &ctx);
         heartbeat.store(
             k8s_openapi::jiff::Timestamp::now().as_second(),
@@ -443,11 +443,11 @@ fn remember_published_events(
 fn refresh_gauges(
     metrics: &crate::metrics::Metrics,
     caches: &Caches,
-    enablement: &crate::enablement::Enablement,
+    settings: &crate::reconcile::Settings,
     readiness: &Readiness,
 ) {
-    update_namespace_gauge(metrics, &caches.namespaces, enablement);
-    update_pod_group_gauge(metrics, caches);
+    update_namespace_gauge(metrics, &caches.namespaces, &settings.enablement);
+    update_pod_group_gauge(metrics, caches, &settings.backend_options.instance);
     metrics
         .stale_caches
         .set(readiness.liveness().stale().len() as i64);
@@ -471,19 +471,13 @@ fn refresh_health_gauges(metrics: &crate::metrics::Metrics, ctx: &Context) {
     }
 }
 
-fn update_pod_group_gauge(metrics: &crate::metrics::Metrics, caches: &Caches) {
+fn update_pod_group_gauge(metrics: &crate::metrics::Metrics, caches: &Caches, instance: &str) {
     let stores = caches.pod_groups.read().expect("lock").clone();
     for b in BACKENDS {
         let mut counts: HashMap<Phase, i64> = HashMap::new();
         if let Some(store) = stores.get(&b) {
             for pg in store.state() {
-                let ours = pg
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(MANAGED_BY_LABEL))
-                    .is_some_and(|v| v == MANAGED_BY_VALUE);
-                if ours {
+                if made_by(pg.metadata.labels.as_ref(), instance) {
                     let data = pg.data();
                     *counts
                         .entry(b.backend().phase(data.get("status")))

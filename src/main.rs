@@ -74,6 +74,13 @@ struct BackendArgs {
         default_value = "scheduler-plugins-scheduler"
     )]
     link_coscheduling_scheduler_name: String,
+    /// The name of this installation, when a cluster runs more than one (each with its own
+    /// --annotation-key): its PodGroups carry the label podgroup-sync.io/instance=<name>, and
+    /// another installation's PodGroups are never modified or deleted. Empty: the default
+    /// installation, whose PodGroups carry no instance label (as every PodGroup written before
+    /// this flag existed), so an upgrade writes nothing.
+    #[arg(long, env = "PODGROUP_SYNC_INSTANCE", default_value = "")]
+    instance: String,
 }
 
 impl BackendArgs {
@@ -84,6 +91,7 @@ impl BackendArgs {
             default_schedule_timeout_seconds: self.default_schedule_timeout_seconds,
             link_coscheduling_scheduler_name: Some(self.link_coscheduling_scheduler_name.clone())
                 .filter(|s| !s.is_empty()),
+            instance: self.instance.clone(),
         }
     }
 }
@@ -532,6 +540,10 @@ fn spawn_leader_gauge(mut leading: watch::Receiver<bool>, metrics: Arc<Metrics>)
 }
 
 async fn controller_main(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let instance = &args.backend.instance;
+    if !podgroup_sync::backend::valid_label_value(instance) {
+        return Err(format!("--instance {instance:?} is not a valid label value").into());
+    }
     let lease = args.leader.enabled.then(|| lease_config(&args.leader));
     if let Some(cfg) = &lease {
         cfg.check()?;

@@ -15,7 +15,7 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
-use crate::backend::{self, BackendKind, MANAGED_BY_LABEL, MANAGED_BY_VALUE, Phase};
+use crate::backend::{self, BackendKind, Phase};
 use crate::diff::needs_apply;
 use crate::enablement::Mode;
 use crate::events::Reason;
@@ -225,22 +225,17 @@ impl Plan {
     }
 }
 
-/// Whether podgroup-sync owns `pg` for the job with this UID: the job is its controller and it
-/// carries the managed-by label. A PodGroup the job controls without the label was made by
-/// someone else — an operator whose gang mode is still on, or Volcano's own `podgroup-<uid>`
-/// for pods without a group annotation — and is never touched.
-pub fn ours(pg: &DynamicObject, uid: &str) -> bool {
+/// Whether this installation of podgroup-sync (`instance`) owns `pg` for the job with this UID:
+/// the job is its controller and its labels say this installation made it
+/// ([`backend::made_by`]). A PodGroup the job controls without them was made by someone else —
+/// an operator whose gang mode is still on, Volcano's own `podgroup-<uid>` for pods without a
+/// group annotation, or another installation of podgroup-sync — and is never touched.
+pub fn ours(pg: &DynamicObject, uid: &str, instance: &str) -> bool {
     let controlled = pg.metadata.owner_references.as_ref().is_some_and(|refs| {
         refs.iter()
             .any(|r| r.controller == Some(true) && r.uid == uid)
     });
-    let labelled = pg
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(MANAGED_BY_LABEL))
-        .is_some_and(|v| v == MANAGED_BY_VALUE);
-    controlled && labelled
+    controlled && backend::made_by(pg.metadata.labels.as_ref(), instance)
 }
 
 /// The PodGroups podgroup-sync made for this job in its namespace, except `keep`.
@@ -254,7 +249,7 @@ fn stale(input: &Input, keep: Option<(BackendKind, &str)>) -> Vec<Delete> {
         .filter(|(b, pg)| {
             pg.namespace().as_deref() == Some(namespace.as_str())
                 && keep != Some((*b, pg.name_any().as_str()))
-                && ours(pg, &uid)
+                && ours(pg, &uid, &input.settings.backend_options.instance)
         })
         .map(|(backend, pg)| Delete {
             backend,
@@ -346,7 +341,7 @@ fn plan_active(input: &Input, mode: Mode, job: &Job, gang: &Gang) -> Plan {
     warnings.extend(name_warnings);
     if let Some(spec) = existing
         .as_ref()
-        .filter(|pg| ours(pg, &job.uid))
+        .filter(|pg| ours(pg, &job.uid, &input.settings.backend_options.instance))
         .and_then(|pg| pg.data.get("spec"))
     {
         warnings.extend(backend::immutable_changes(backend, job, gang, spec, opts));
@@ -439,7 +434,7 @@ fn plan_pod_group(
         body["metadata"]["resourceVersion"] = Value::from(CREATE_ONLY);
         return with_write(input, plan, backend_kind, name, Op::Create, body, gang);
     };
-    if !ours(&pg, &job.uid) {
+    if !ours(&pg, &job.uid, &input.settings.backend_options.instance) {
         return conflict(plan, &pg, &job.uid, backend_kind, name);
     }
     let mut actual = serde_json::to_value(pg.as_ref()).unwrap_or(Value::Null);
@@ -1167,6 +1162,55 @@ mod tests {
             p.events[0].1
         );
         assert!(p.deletes.is_empty(), "never deleted: it is not ours");
+    }
+
+    #[test]
+    fn another_installations_pod_group_is_never_touched_and_the_default_one_adopts_unnamed_ones() {
+        let pg = |labels: Value| {
+            json!({"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+            "metadata": {"name": "train", "namespace": "ml", "uid": "x", "labels": labels,
+                "ownerReferences": [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "train", "uid": UID, "controller": true}]},
+            "spec": {"minMember": 1}})
+        };
+        let team_b = json!({"app.kubernetes.io/managed-by": "podgroup-sync", "podgroup-sync.io/instance": "team-b"});
+        let legacy = json!({"app.kubernetes.io/managed-by": "podgroup-sync"});
+        let named = |instance: &str| {
+            let mut s = settings();
+            s.backend_options.instance = instance.into();
+            s
+        };
+        for (instance, labels, ours) in [
+            ("", legacy.clone(), true),
+            ("", team_b.clone(), false),
+            ("team-a", team_b.clone(), false),
+            ("team-a", legacy.clone(), false),
+            ("team-b", team_b.clone(), true),
+        ] {
+            let pgs =
+                Cached::serving_both().with(BackendKind::SchedulerPlugins, pg(labels.clone()));
+            let s = named(instance);
+            let p = plan_with(&job(3), Some(&annotations("true")), &pgs, &s);
+            if ours {
+                assert_eq!(p.outcome, Outcome::Done, "{instance}: {labels}");
+                let w = p.write.expect("resized");
+                let written = &w.body["metadata"]["labels"];
+                assert_eq!(
+                    written
+                        .get("podgroup-sync.io/instance")
+                        .and_then(Value::as_str),
+                    Some(instance).filter(|i| !i.is_empty())
+                );
+            } else {
+                assert_eq!(
+                    (&p.write, p.outcome),
+                    (&None, Outcome::Conflict),
+                    "{instance}: {labels}"
+                );
+            }
+            // A namespace off for this installation deletes only its own.
+            let off = plan_with(&job(3), Some(&annotations("false")), &pgs, &s);
+            assert_eq!(off.deletes.len(), ours as usize, "{instance}: {labels}");
+        }
     }
 
     #[test]

@@ -7,6 +7,12 @@
 //!   timeout, `/metrics` answering throughout, the CPU idle, and the controller's own API work
 //!   (a job's PodGroup) unaffected.
 //!
+//! - two installations on one control plane, each with its own annotation key and instance,
+//!   each taking a job through the whole lifecycle at once: no write or delete by one of them
+//!   touches the other's PodGroups (the API server's audit log);
+//! - an upgrade over 100 PodGroups written by the default installation: the new build writes
+//!   nothing (`PGS_PREVIOUS_BIN` runs the first phase with an earlier build).
+//!
 //! Each prints its figures. One at a time: `cargo test --test doors -- --test-threads=1`.
 
 mod support;
@@ -18,8 +24,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use support::controller::{self, cpu_seconds, proc_status};
+use support::controller::{self, Controller, cpu_seconds, proc_status};
+use support::faults::{self, AuditedWrite};
 use support::jobs::{self, Backend, Kind};
+use support::lifecycle::Gang;
 use support::webhook::{self as wh, link_of, operator_pod};
 
 const ENABLED: (&str, &str) = ("podgroup-sync.io/enabled", "true");
@@ -303,4 +311,198 @@ fn closed_by_peer(c: &TcpStream) -> bool {
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => false,
         Err(_) => true,
     }
+}
+
+/// A control plane of the test's own with the audit log on, stopped when dropped.
+struct Audited(support::Cluster);
+
+impl Audited {
+    async fn start() -> Audited {
+        let c = tokio::task::spawn_blocking(|| support::private_cluster_with(&[("AUDIT", "1")]))
+            .await
+            .expect("start control plane");
+        Audited(c)
+    }
+
+    /// A kubeconfig of a ServiceAccount of its own (the audit log names it as the writer), and
+    /// that user's name.
+    async fn identity(&self, ns: &str, name: &str) -> (PathBuf, String) {
+        let (c, n, sa) = (self.0.clone(), ns.to_string(), name.to_string());
+        let kc =
+            tokio::task::spawn_blocking(move || faults::service_account_kubeconfig(&c, &n, &sa))
+                .await
+                .unwrap();
+        (kc, format!("system:serviceaccount:{ns}:{name}"))
+    }
+
+    /// The PodGroup writes the API server completed.
+    fn writes(&self) -> Vec<AuditedWrite> {
+        faults::audited_writes(&self.0)
+            .into_iter()
+            .filter(|w| (200..300).contains(&w.code))
+            .collect()
+    }
+}
+
+impl Drop for Audited {
+    fn drop(&mut self) {
+        support::stop_cluster(&self.0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_installations_never_touch_each_others_pod_groups() {
+    let _serial = SERIAL.lock().await;
+    let cp = Audited::start().await;
+    let client = cp.0.client().await;
+    let ids = support::test_namespace(&client, "installations", &[]).await;
+    let ns_a = support::test_namespace(&client, "team-a", &[("a.example/enabled", "true")]).await;
+    let ns_b = support::test_namespace(&client, "team-b", &[("b.example/enabled", "true")]).await;
+    let (kc_a, user_a) = cp.identity(&ids, "team-a").await;
+    let (kc_b, user_b) = cp.identity(&ids, "team-b").await;
+    let start = |kc: &Path, key: &str, instance: &str| -> Controller {
+        let args = ["--annotation-key", key, "--instance", instance];
+        controller::start(&cp.0, Some(kc), &args)
+    };
+    let mut a = start(&kc_a, "a.example/enabled", "team-a");
+    let mut b = start(&kc_b, "b.example/enabled", "team-b");
+    let log_a = || a.log_tail();
+    let log_b = || b.log_tail();
+    let gang = |ns, name, log| Gang {
+        client: &client,
+        ns,
+        kind: Kind::PyTorchJob,
+        backend: Backend::SchedulerPlugins,
+        name,
+        log,
+    };
+    let (gang_a, gang_b) = (gang(&ns_a, "job-a", &log_a), gang(&ns_b, "job-b", &log_b));
+    // Both at once: each installation sees the other's namespace as off.
+    futures::join!(gang_a.whole_lifecycle(), gang_b.whole_lifecycle());
+    // And a job of each that stays, through a few of the other's resyncs.
+    let b_job = jobs::job(Kind::PyTorchJob, Backend::SchedulerPlugins, "stays", 2);
+    jobs::create(&client, &ns_b, Kind::PyTorchJob, &b_job).await;
+    let pg = jobs::wait_pg(
+        &client,
+        &ns_b,
+        Backend::SchedulerPlugins,
+        "stays",
+        "created",
+        |_| true,
+    )
+    .await;
+    let labels = pg.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(
+        labels.get("podgroup-sync.io/instance").map(String::as_str),
+        Some("team-b")
+    );
+    let mut present = 0;
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let now = jobs::get_pg(&client, &ns_b, Backend::SchedulerPlugins, "stays").await;
+        present += now.is_some_and(|p| p.metadata.uid == pg.metadata.uid) as usize;
+    }
+    let writes = cp.writes();
+    let of = |user: &str| writes.iter().filter(|w| w.user == user).collect::<Vec<_>>();
+    let (by_a, by_b) = (of(&user_a), of(&user_b));
+    let strays: Vec<&&AuditedWrite> = by_a
+        .iter()
+        .filter(|w| w.namespace != ns_a)
+        .chain(by_b.iter().filter(|w| w.namespace != ns_b))
+        .collect();
+    println!(
+        "figure: two installations: {} PodGroup writes by team-a, {} by team-b, {} in the other's namespace; team-b's PodGroup present in {present} of 20 samples",
+        by_a.len(),
+        by_b.len(),
+        strays.len()
+    );
+    assert!(strays.is_empty(), "writes across installations: {strays:?}");
+    assert!(
+        !by_a.is_empty() && !by_b.is_empty(),
+        "both wrote: {writes:?}"
+    );
+    assert_eq!(present, 20);
+    a.stop();
+    b.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_over_100_pod_groups_writes_nothing() {
+    let _serial = SERIAL.lock().await;
+    const JOBS: usize = 100;
+    let cp = Audited::start().await;
+    let client = cp.0.client().await;
+    let ids = support::test_namespace(&client, "upgrade-ids", &[]).await;
+    let ns = support::test_namespace(&client, "upgrade", &[ENABLED]).await;
+    let (kc_old, _) = cp.identity(&ids, "previous").await;
+    let (kc_new, user_new) = cp.identity(&ids, "upgraded").await;
+    // The previous release (PGS_PREVIOUS_BIN, else this build as the default installation).
+    let previous = std::env::var("PGS_PREVIOUS_BIN").ok();
+    let mut old = match &previous {
+        Some(bin) => {
+            // SAFETY: set before any thread of this test reads it; the tests run one at a time.
+            unsafe { std::env::set_var("PGS_CONTROLLER_BIN", bin) };
+            let c = controller::start(&cp.0, Some(&kc_old), &[]);
+            unsafe { std::env::remove_var("PGS_CONTROLLER_BIN") };
+            c
+        }
+        None => controller::start(&cp.0, Some(&kc_old), &[]),
+    };
+    let b = Backend::SchedulerPlugins;
+    for i in 0..JOBS {
+        let name = format!("up-{i}");
+        jobs::create(
+            &client,
+            &ns,
+            Kind::PyTorchJob,
+            &jobs::job(Kind::PyTorchJob, b, &name, 2),
+        )
+        .await;
+    }
+    support::wait_for("every PodGroup", Duration::from_secs(120), || async {
+        let n = jobs::api(&client, &ns, &b.ar())
+            .list(&Default::default())
+            .await
+            .ok()?
+            .items
+            .len();
+        (n == JOBS).then_some(())
+    })
+    .await;
+    old.stop();
+    let new = controller::start(&cp.0, Some(&kc_new), &[]);
+    // Past the first reconcile of every job, and an audit pass.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let reconciled = new.metric("podgroup_sync_reconcile_total", &[]);
+    let writes: Vec<AuditedWrite> = cp
+        .writes()
+        .into_iter()
+        .filter(|w| w.user == user_new)
+        .collect();
+    let pgs = jobs::api(&client, &ns, &b.ar())
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items;
+    let labelled = pgs
+        .iter()
+        .filter(|p| {
+            p.metadata
+                .labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key("podgroup-sync.io/instance"))
+        })
+        .count();
+    println!(
+        "figure: upgrade over {JOBS} PodGroups (previous: {}): {reconciled} reconciles, {} PodGroup writes, {labelled} PodGroups with an instance label",
+        previous.as_deref().unwrap_or("this build"),
+        writes.len()
+    );
+    assert!(
+        reconciled >= JOBS as f64,
+        "every job reconciled: {reconciled}"
+    );
+    assert!(writes.is_empty(), "the upgrade wrote: {writes:?}");
+    assert_eq!(labelled, 0);
+    assert_eq!(pgs.len(), JOBS);
 }

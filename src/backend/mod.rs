@@ -22,6 +22,41 @@ pub use volcano::Volcano;
 /// The label every PodGroup podgroup-sync writes carries.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY_VALUE: &str = "podgroup-sync";
+/// The label that names the installation (`--instance`) that made a PodGroup; absent on the
+/// default installation's, as on every PodGroup written before installations had names.
+pub const INSTANCE_LABEL: &str = "podgroup-sync.io/instance";
+
+/// Whether a PodGroup's labels say installation `instance` made it: the managed-by label, and
+/// the instance label naming `instance` (none for the default installation, `""`). Another
+/// installation's PodGroups are foreign: never modified or deleted.
+pub fn made_by(labels: Option<&BTreeMap<String, String>>, instance: &str) -> bool {
+    let Some(labels) = labels else {
+        return false;
+    };
+    labels.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY_VALUE)
+        && labels.get(INSTANCE_LABEL).map_or("", String::as_str) == instance
+}
+
+/// Whether `v` can be a label value (empty, or up to 63 alphanumerics, `-`, `_`, `.`, starting
+/// and ending with an alphanumeric).
+pub fn valid_label_value(v: &str) -> bool {
+    let ends = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    v.is_empty()
+        || (v.len() <= 63
+            && ends(v.chars().next())
+            && ends(v.chars().last())
+            && v.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)))
+}
+
+/// The labels installation `instance` gives its PodGroups.
+pub fn own_labels(instance: &str) -> Value {
+    if instance.is_empty() {
+        json!({ MANAGED_BY_LABEL: MANAGED_BY_VALUE })
+    } else {
+        json!({ MANAGED_BY_LABEL: MANAGED_BY_VALUE, INSTANCE_LABEL: instance })
+    }
+}
 
 /// The backends podgroup-sync writes PodGroups for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, clap::ValueEnum)]
@@ -89,6 +124,9 @@ pub struct BackendOptions {
     /// The `schedulerName` the pod-link webhook gives coscheduling pods that ask for the default
     /// scheduler; `None` when coscheduling runs in the default scheduler.
     pub link_coscheduling_scheduler_name: Option<String>,
+    /// The installation this is (`--instance`; empty: the default one): part of what makes a
+    /// PodGroup its own ([`made_by`]).
+    pub instance: String,
 }
 
 impl Default for BackendOptions {
@@ -101,6 +139,7 @@ impl Default for BackendOptions {
             volcano_scheduler_name: "volcano".into(),
             default_schedule_timeout_seconds: None,
             link_coscheduling_scheduler_name: Some("scheduler-plugins-scheduler".into()),
+            instance: String::new(),
         }
     }
 }
@@ -309,7 +348,7 @@ pub fn desired_object(
     let mut metadata = json!({
         "name": name,
         "namespace": job.namespace,
-        "labels": { MANAGED_BY_LABEL: MANAGED_BY_VALUE },
+        "labels": own_labels(&opts.instance),
         "ownerReferences": [{
             "apiVersion": job.kind.api_version(),
             "kind": job.kind.kind,
@@ -793,6 +832,31 @@ mod tests {
         assert_eq!(
             infer_from_templates(&volcano, &opts),
             Some(BackendKind::Volcano)
+        );
+    }
+
+    #[test]
+    fn an_installation_owns_its_own_labels_only() {
+        let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let legacy = labels(&[(MANAGED_BY_LABEL, MANAGED_BY_VALUE)]);
+        let b = labels(&[(MANAGED_BY_LABEL, MANAGED_BY_VALUE), (INSTANCE_LABEL, "b")]);
+        assert!(made_by(Some(&legacy), ""));
+        assert!(!made_by(Some(&legacy), "b"));
+        assert!(made_by(Some(&b), "b"));
+        assert!(!made_by(Some(&b), ""));
+        assert!(!made_by(Some(&labels(&[(INSTANCE_LABEL, "b")])), "b"));
+        assert!(!made_by(None, ""));
+        assert_eq!(own_labels(""), json!({MANAGED_BY_LABEL: MANAGED_BY_VALUE}));
+        assert!(valid_label_value("") && valid_label_value("team-b.1"));
+        assert!(
+            !valid_label_value("-b")
+                && !valid_label_value("a/b")
+                && !valid_label_value(&"a".repeat(64))
         );
     }
 }

@@ -149,7 +149,11 @@ pub fn compare(
         return out;
     };
     let pg: Option<DynamicObject> = serde_json::from_value(actual.clone()).ok();
-    if !pg.as_ref().is_some_and(|pg| ours(pg, &e.job.uid)) {
+    // The installation the explanation was made for, as its object's labels name it.
+    let instance = e.object["metadata"]["labels"][crate::backend::INSTANCE_LABEL]
+        .as_str()
+        .unwrap_or_default();
+    if !pg.as_ref().is_some_and(|pg| ours(pg, &e.job.uid, instance)) {
         let _ = writeln!(
             out,
             "#   {what} exists but was not made by podgroup-sync for this job (another controller, or the operator's own gang mode): it is left untouched and the job gets PodGroupConflict"

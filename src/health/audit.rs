@@ -9,7 +9,7 @@
 use k8s_openapi::jiff::Timestamp;
 use kube::{Resource, ResourceExt};
 
-use crate::backend::{BackendKind, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use crate::backend::{BackendKind, MANAGED_BY_LABEL, MANAGED_BY_VALUE, made_by};
 
 /// What the job caches say about a PodGroup's controller.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,9 +98,12 @@ impl Finding {
 
 /// What the audit needs besides the caches.
 #[derive(Debug, Clone, Copy)]
-pub struct Rules {
+pub struct Rules<'a> {
     /// Finished jobs keep the PodGroups podgroup-sync made for them (`--keep-finished`).
     pub keep_finished: bool,
+    /// This installation (`--instance`): its PodGroups are ours; another installation's are
+    /// not judged at all (that installation audits its own).
+    pub instance: &'a str,
     /// PodGroups created after this are not judged yet: their job may not have reached the job
     /// cache (an operator that makes both makes them within milliseconds).
     pub created_before: Timestamp,
@@ -124,10 +127,15 @@ pub fn audit<'a, K: Resource + 'a>(
         if pg.meta().deletion_timestamp.is_some() || young {
             continue;
         }
-        let ours = pg
-            .labels()
-            .get(MANAGED_BY_LABEL)
-            .is_some_and(|v| v == MANAGED_BY_VALUE);
+        let labels = Some(pg.labels());
+        let ours = made_by(labels, rules.instance);
+        let another_installations = !ours
+            && labels.is_some_and(|l| {
+                l.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY_VALUE)
+            });
+        if another_installations {
+            continue;
+        }
         let namespace = pg.namespace().unwrap_or_default();
         let controller = pg
             .owner_references()
@@ -210,6 +218,54 @@ mod tests {
     }
 
     #[test]
+    fn another_installations_pod_groups_are_not_judged() {
+        let jobs = Cached(BTreeMap::new());
+        let mut theirs = pg(
+            "theirs",
+            true,
+            Some(("kubeflow.org/v1", "PyTorchJob", "gone")),
+        );
+        theirs
+            .metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert(crate::backend::INSTANCE_LABEL.into(), "team-b".into());
+        let mine = pg(
+            "mine",
+            true,
+            Some(("kubeflow.org/v1", "PyTorchJob", "gone")),
+        );
+        let found = audit(
+            [
+                (BackendKind::SchedulerPlugins, &theirs),
+                (BackendKind::SchedulerPlugins, &mine),
+            ],
+            &jobs,
+            rules(false),
+        );
+        assert_eq!(
+            reasons(&found),
+            [("mine".to_string(), true, Stale::OwnerDeleted)]
+        );
+        let team_b = Rules {
+            instance: "team-b",
+            ..rules(false)
+        };
+        let found = audit(
+            [
+                (BackendKind::SchedulerPlugins, &theirs),
+                (BackendKind::SchedulerPlugins, &mine),
+            ],
+            &jobs,
+            team_b,
+        );
+        assert_eq!(
+            reasons(&found),
+            [("theirs".to_string(), true, Stale::OwnerDeleted)]
+        );
+    }
+
+    #[test]
     fn rule_10_stale_pod_groups_are_found_from_the_caches() {
         let jobs = Cached(
             [
@@ -282,9 +338,10 @@ mod tests {
         );
     }
 
-    fn rules(keep_finished: bool) -> Rules {
+    fn rules(keep_finished: bool) -> Rules<'static> {
         Rules {
             keep_finished,
+            instance: "",
             created_before: "2026-12-01T00:01:00Z".parse().unwrap(),
         }
     }

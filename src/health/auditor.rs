@@ -89,6 +89,7 @@ async fn pass(ctx: &Context, reported: &mut HashSet<String>) {
     let grace = ctx.settings.audit_interval.min(MIN_AGE);
     let rules = audit::Rules {
         keep_finished: ctx.settings.keep_finished,
+        instance: &ctx.settings.backend_options.instance,
         created_before: Timestamp::now()
             - jiff::SignedDuration::try_from(grace).unwrap_or_default(),
     };

@@ -309,7 +309,7 @@ pub fn decide(pod: &PodView, owner: &Owner, job: &DynamicObject, ctx: &Context) 
         return Decision::Skipped(Skip::InvalidJob);
     };
     if let Some(pg) = pod_groups.get(backend_kind, &job.namespace, &name)
-        && !ours(&pg, &job.uid)
+        && !ours(&pg, &job.uid, &opts.instance)
     {
         return Decision::Skipped(Skip::Conflict);
     }

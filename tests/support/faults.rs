@@ -366,6 +366,7 @@ pub fn kubeconfig_via(path: &std::path::Path, port: u16) -> PathBuf {
 pub struct AuditedWrite {
     pub user: String,
     pub verb: String,
+    pub namespace: String,
     pub name: String,
     pub code: u16,
     /// When the API server finished it (RFC 3339, microseconds: sorts as text).
@@ -385,6 +386,10 @@ pub fn audited_writes(cluster: &Cluster) -> Vec<AuditedWrite> {
                 .unwrap_or_default()
                 .to_string(),
             verb: e["verb"].as_str().unwrap_or_default().to_string(),
+            namespace: e["objectRef"]["namespace"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
             name: e["objectRef"]["name"]
                 .as_str()
                 .unwrap_or_default()
