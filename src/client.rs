@@ -10,6 +10,13 @@
 //!   renew deadline after the start of the last successful Lease renewal — strictly before the
 //!   Lease can expire and a standby take over. A hung write is abandoned, not left to land late.
 //!   The Lease's own requests are exempt (the election bounds them itself).
+//! - **it slows down when the API server says so** ([`Throttle`]): a 429 halves the number of
+//!   requests (watches and the Lease aside) this process keeps in flight, and the limit does not
+//!   grow again until the calm period after it (5 s, or the `Retry-After` if longer) has passed;
+//!   then each answered request raises it by one over the limit (additive increase,
+//!   multiplicative decrease), up to 32. Nothing is retried silently: the refused request fails,
+//!   and its reconcile is requeued no sooner than a second later (the API server's
+//!   `Retry-After`).
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -18,7 +25,9 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use hyper::body::{Body, Frame};
-use hyper::{Method, Request, Response};
+use hyper::{Method, Request, Response, StatusCode};
+use prometheus::{IntCounter, IntGauge, Registry};
+use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
 use tower::{BoxError, Layer, Service};
 
@@ -112,11 +121,122 @@ pub fn deadline(
     }
 }
 
-/// The tower layer that gives requests their deadlines.
+/// The most requests in flight the throttle allows (it starts there).
+pub const MAX_IN_FLIGHT: f64 = 32.0;
+/// How long after a 429 the limit does not grow (longer if the `Retry-After` says so, up to
+/// [`MAX_CALM`]).
+const CALM: Duration = Duration::from_secs(5);
+const MAX_CALM: Duration = Duration::from_secs(30);
+
+/// The process's share of an API server that sheds load (see the module's description).
+pub struct Throttle {
+    state: Mutex<Share>,
+    freed: Notify,
+    /// `podgroup_sync_api_throttled_total`.
+    throttled: IntCounter,
+    /// `podgroup_sync_api_in_flight_limit`.
+    limit: IntGauge,
+}
+
+#[derive(Debug)]
+struct Share {
+    limit: f64,
+    in_flight: usize,
+    /// No growth of the limit before this (set by a 429).
+    calm_until: Option<Instant>,
+}
+
+impl Throttle {
+    pub fn new(registry: Option<&Registry>) -> Arc<Throttle> {
+        let throttled = IntCounter::new(
+            "podgroup_sync_api_throttled_total",
+            "Requests the API server answered 429 (Too Many Requests); each holds new requests for its Retry-After and halves the requests this process keeps in flight",
+        )
+        .expect("metric");
+        let limit = IntGauge::new(
+            "podgroup_sync_api_in_flight_limit",
+            "The requests to the API server (watches aside) this process keeps in flight at most now: lowered by 429s, raised again by answered requests",
+        )
+        .expect("metric");
+        limit.set(MAX_IN_FLIGHT as i64);
+        if let Some(r) = registry {
+            r.register(Box::new(throttled.clone())).expect("register");
+            r.register(Box::new(limit.clone())).expect("register");
+        }
+        Arc::new(Throttle {
+            state: Mutex::new(Share {
+                limit: MAX_IN_FLIGHT,
+                in_flight: 0,
+                calm_until: None,
+            }),
+            freed: Notify::new(),
+            throttled,
+            limit,
+        })
+    }
+
+    /// A place among the requests in flight; `None` if none frees up before `until`.
+    async fn enter(self: &Arc<Self>, until: Instant) -> Option<Place> {
+        loop {
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            {
+                let mut s = self.state.lock().expect("lock");
+                if (s.in_flight as f64) < s.limit.floor() {
+                    s.in_flight += 1;
+                    return Some(Place(self.clone()));
+                }
+            }
+            if Instant::now() >= until {
+                return None;
+            }
+            tokio::select! {
+                _ = &mut freed => {}
+                _ = tokio::time::sleep_until(until) => {}
+            }
+        }
+    }
+
+    /// Learns from an answer: a 429 halves the limit and calms it, any other answer raises it
+    /// once the calm period is over.
+    fn answered(&self, status: StatusCode, retry_after: Option<Duration>) {
+        let mut s = self.state.lock().expect("lock");
+        let now = Instant::now();
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            self.throttled.inc();
+            s.limit = (s.limit / 2.0).max(1.0);
+            let calm = retry_after.unwrap_or_default().clamp(CALM, MAX_CALM);
+            s.calm_until = Some(s.calm_until.map_or(now + calm, |c| c.max(now + calm)));
+        } else if s.calm_until.is_none_or(|c| now >= c) {
+            s.limit = (s.limit + 1.0 / s.limit).min(MAX_IN_FLIGHT);
+        }
+        self.limit.set(s.limit.floor() as i64);
+    }
+}
+
+/// A request's place in flight; given back when dropped.
+struct Place(Arc<Throttle>);
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.0.state.lock().expect("lock").in_flight -= 1;
+        self.0.freed.notify_waiters();
+    }
+}
+
+/// The seconds of a `Retry-After` header.
+fn retry_after<B>(r: &Response<B>) -> Option<Duration> {
+    let v = r.headers().get("retry-after")?.to_str().ok()?;
+    v.trim().parse::<u64>().ok().map(Duration::from_secs)
+}
+
+/// The tower layer that gives requests their deadlines and their share.
 #[derive(Clone)]
 pub struct Deadlines {
     pub timeout: Duration,
     pub fence: Arc<Fence>,
+    pub throttle: Arc<Throttle>,
 }
 
 impl<S> Layer<S> for Deadlines {
@@ -156,24 +276,46 @@ where
             Ok(l) => l,
             Err(why) => return Box::pin(async move { Err(why.into()) }),
         };
-        let response = self.inner.call(req);
-        Box::pin(async move {
-            let Some(limit) = limit else {
+        let Some(limit) = limit else {
+            let response = self.inner.call(req);
+            return Box::pin(async move {
                 let r = response.await.map_err(Into::into)?;
-                return Ok(r.map(|b| TimedBody {
+                Ok(r.map(|b| TimedBody {
                     inner: b,
                     deadline: None,
-                }));
+                }))
+            });
+        };
+        let until = Instant::now() + limit;
+        // The Lease's requests never wait behind the others.
+        let throttle = (class != Class::Lease).then(|| self.deadlines.throttle.clone());
+        // The inner service is ready now (poll_ready); the call is made once a place is free.
+        let response = self.inner.call(req);
+        Box::pin(async move {
+            let place = match &throttle {
+                Some(t) => match t.enter(until).await {
+                    Some(p) => Some(p),
+                    None => {
+                        return Err(format!(
+                            "not sent within {limit:?}: the API server is shedding load (429)"
+                        )
+                        .into());
+                    }
+                },
+                None => None,
             };
-            let until = Instant::now() + limit;
-            match tokio::time::timeout_at(until, response).await {
-                Ok(r) => {
-                    let r = r.map_err(Into::into)?;
-                    let deadline = Some(Box::pin(tokio::time::sleep_until(until)));
-                    Ok(r.map(|b| TimedBody { inner: b, deadline }))
+            let r = match tokio::time::timeout_at(until, response).await {
+                Ok(r) => r.map_err(Into::into)?,
+                Err(_) => {
+                    return Err(format!("no answer from the API server within {limit:?}").into());
                 }
-                Err(_) => Err(format!("no answer from the API server within {limit:?}").into()),
+            };
+            if let Some(t) = &throttle {
+                t.answered(r.status(), retry_after(&r));
             }
+            drop(place);
+            let deadline = Some(Box::pin(tokio::time::sleep_until(until)));
+            Ok(r.map(|b| TimedBody { inner: b, deadline }))
         })
     }
 }
@@ -276,5 +418,47 @@ mod tests {
         );
         fence.close();
         assert!(deadline(Class::Write, t, &fence).is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_429_halves_the_requests_in_flight_and_calms_their_growth() {
+        let t = Throttle::new(None);
+        let limit = || t.state.lock().unwrap().limit;
+        let far = Instant::now() + Duration::from_secs(60);
+        let places: Vec<Place> = futures::future::join_all((0..32).map(|_| t.enter(far)))
+            .await
+            .into_iter()
+            .map(Option::unwrap)
+            .collect();
+        // The 33rd waits for a place, and gets one when a place is freed.
+        let waiting = tokio::spawn({
+            let t = t.clone();
+            async move { t.enter(far).await.is_some() }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        t.answered(StatusCode::TOO_MANY_REQUESTS, Some(Duration::from_secs(1)));
+        assert_eq!(limit(), 16.0);
+        drop(places);
+        assert!(waiting.await.unwrap());
+        // Calm: answers do not raise the limit for 5 s.
+        t.answered(StatusCode::OK, None);
+        assert_eq!(limit(), 16.0);
+        tokio::time::advance(Duration::from_secs(5)).await;
+        t.answered(StatusCode::OK, None);
+        assert!(limit() > 16.0 && limit() < 16.1);
+        for _ in 0..5 {
+            t.answered(StatusCode::TOO_MANY_REQUESTS, None);
+        }
+        assert_eq!(limit(), 1.0, "never below one");
+        // With every place taken, a request that finds none before its deadline is not sent.
+        let one = t.enter(far).await.unwrap();
+        assert!(
+            t.enter(Instant::now() + Duration::from_secs(1))
+                .await
+                .is_none()
+        );
+        drop(one);
+        assert_eq!(t.state.lock().unwrap().in_flight, 0);
     }
 }

@@ -392,6 +392,7 @@ async fn explain_with_cluster(args: &ExplainArgs) -> Result<String, String> {
     let deadlines = api::Deadlines {
         timeout: Duration::from_secs(30),
         fence: api::Fence::open(),
+        throttle: api::Throttle::new(None),
     };
     let client = client(args.kubeconfig.as_ref(), deadlines)
         .await
@@ -553,12 +554,13 @@ async fn controller_main(args: RunArgs) -> Result<(), Box<dyn std::error::Error>
     } else {
         api::Fence::open()
     };
+    let metrics = Arc::new(Metrics::new());
     let deadlines = api::Deadlines {
         timeout: Duration::from_secs(args.api_timeout_seconds.max(1)),
         fence: fence.clone(),
+        throttle: api::Throttle::new(Some(&metrics.registry)),
     };
     let client = client(args.kubeconfig.as_ref(), deadlines).await?;
-    let metrics = Arc::new(Metrics::new());
     let readiness = Readiness::default();
     let heartbeat = Arc::new(AtomicI64::new(0));
     let in_flight = Arc::new(InFlight::default());

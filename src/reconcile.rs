@@ -104,6 +104,16 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether the API server refused the request for load (429): retried no sooner than its
+    /// `Retry-After` (a second).
+    fn throttled(&self) -> bool {
+        let source = match self {
+            Error::Write { source, .. } => source,
+            Error::Event(EventError::Transient { source, .. }) => source,
+        };
+        matches!(source, kube::Error::Api(e) if e.code == 429)
+    }
+
     /// A label for the error metric.
     fn label(&self) -> &'static str {
         match self {
@@ -119,6 +129,9 @@ pub const REQUEUE_MIN: Duration = Duration::from_millis(500);
 /// retried within this of the fault clearing. At most `--concurrency` reconciles run at once, so
 /// retries of many jobs cost at most that many requests in flight.
 pub const REQUEUE_MAX: Duration = Duration::from_secs(4);
+
+/// The shortest requeue after the API server refused a request for load (its `Retry-After`).
+pub const THROTTLED_RETRY: Duration = Duration::from_secs(1);
 
 /// The requeue delay after `failures` consecutive failed reconciles: 0.5 s doubling to 4 s.
 pub fn requeue_backoff(failures: u32) -> Duration {
@@ -552,7 +565,10 @@ pub(crate) async fn delete_pod_group(
 /// After a failed reconcile: log, count, and retry with a per-job backoff (0.5 s doubling to
 /// 4 s); the watch also brings the next change.
 pub fn error_policy(obj: Arc<Packed>, err: &Error, ctx: Arc<Context>) -> Action {
-    let delay = ctx.failed(&obj.uid().unwrap_or_default());
+    let mut delay = ctx.failed(&obj.uid().unwrap_or_default());
+    if err.throttled() {
+        delay = delay.max(THROTTLED_RETRY);
+    }
     let kind = obj.types.as_ref().map_or("", |t| t.kind.as_str());
     ctx.metrics
         .reconcile_errors

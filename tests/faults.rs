@@ -743,6 +743,7 @@ async fn api_server_throttles_the_controller_to_429() {
     sc.create(&expect).await;
     let late = batch("a-new", 100, 0);
     sc.create(&late).await;
+    let created = Instant::now();
     expect.extend(late);
     sc.converged(
         &expect,
@@ -750,16 +751,28 @@ async fn api_server_throttles_the_controller_to_429() {
         "throttled to 429 (from the first job created)",
     )
     .await;
+    let after_burst = created.elapsed();
     let text = sc.cluster.kubectl_ok(&["get", "--raw", "/metrics"]);
     let rejected = metric_sum(
         &text,
         "apiserver_flowcontrol_rejected_requests_total",
         &[("flow_schema", "pgs-throttle")],
     );
+    let seen = ctl.metric("podgroup_sync_api_throttled_total", &[]);
     println!(
-        "figure: throttling: the API server rejected {rejected} of the controller's requests with 429"
+        "figure: throttling: converged {:.1} s after the last job was created; the API server rejected {rejected} of the controller's requests with 429 ({:.2} per job; the controller counted {seen}); lowest in-flight limit now {}",
+        after_burst.as_secs_f64(),
+        rejected / expect.len() as f64,
+        ctl.metric("podgroup_sync_api_in_flight_limit", &[])
     );
     assert!(rejected > 0.0, "the API server throttled nothing");
+    // It slows down when told to: fewer 429s than jobs, and every one of them seen.
+    assert!(
+        rejected <= expect.len() as f64,
+        "{rejected} 429s for {} jobs",
+        expect.len()
+    );
+    assert_eq!(seen, rejected);
     assert_no_panic(&ctl);
 }
 
