@@ -304,7 +304,12 @@ pub async fn run(
     }
     let _ = caches_out.send(Some(caches.clone()));
     remember_published_events(&ctx, published);
-    tasks.push(spawn_leader_trigger(leading, triggers.clone()));
+    tasks.push(spawn_leader_trigger(
+        leading,
+        triggers.clone(),
+        client.clone(),
+        ctx.clone(),
+    ));
     tasks.push(spawn_resync(triggers.clone()));
     tasks.extend(crate::health::auditor::spawn(
         ctx.clone(),
@@ -380,14 +385,18 @@ fn spawn_resync(triggers: broadcast::Sender<Trigger>) -> JoinHandle<()> {
     })
 }
 
-/// A new leader looks at every job: as a standby it skipped them.
+/// A new leader looks at every job: as a standby it skipped them. First it reads the Events the
+/// leader before it published, so that it updates them rather than publishing them again.
 fn spawn_leader_trigger(
     mut leading: watch::Receiver<bool>,
     triggers: broadcast::Sender<Trigger>,
+    client: Client,
+    ctx: Arc<Context>,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
         while leading.changed().await.is_ok() {
             if *leading.borrow_and_update() {
+                remember_published_events(&ctx, published_events(&client).await);
                 let _ = triggers.send(Trigger::All);
             }
         }
@@ -431,11 +440,7 @@ fn remember_published_events(
 ) {
     let Some(items) = published else { return };
     let n = items.len();
-    ctx.events.remember(
-        items
-            .into_iter()
-            .filter_map(|e| Some((e.regarding?.uid?, e.reason?, e.note.unwrap_or_default()))),
-    );
+    ctx.events.remember(items);
     info!(events = n, "remembered Events published earlier");
 }
 

@@ -11,11 +11,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::events::v1::{Event, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::PostParams;
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
+use serde_json::json;
 use tracing::warn;
 
 use crate::metrics::Metrics;
@@ -158,15 +159,32 @@ pub enum EventError {
     },
 }
 
-/// (job UID, reason, note)
+/// (regarded object's UID, reason, note)
 type Key = (String, String, String);
 
-/// Publishes Events on jobs.
+/// An Event podgroup-sync published (or an earlier instance did), kept to update rather than
+/// repeat it.
+#[derive(Debug, Clone)]
+struct Published {
+    name: String,
+    namespace: String,
+    /// Occurrences so far (the Event's `series.count`, 1 without a series).
+    count: i32,
+    /// When it was published or last updated.
+    at: Instant,
+    /// Forgotten: the next publication updates it even within the window.
+    stale: bool,
+}
+
+/// Publishes Events on jobs: one Event object per object, reason and note. The same Event again
+/// (after the de-duplication window, or once it was forgotten) or more occurrences of it
+/// update that object's `series` (count and last-observed time) instead of creating another;
+/// the note of an Event cannot change, so a different note is another Event.
 pub struct Events {
     client: Client,
     reporting_instance: String,
     metrics: Arc<Metrics>,
-    seen: Mutex<HashMap<Key, Instant>>,
+    seen: Mutex<HashMap<Key, Published>>,
 }
 
 impl Events {
@@ -186,53 +204,80 @@ impl Events {
         reason: Reason,
         note: String,
     ) -> Result<(), EventError> {
-        let (type_, reason) = (reason.type_(), reason.as_str());
+        self.publish_counted(regarding, reason, note, None).await
+    }
+
+    /// [`publish`](Self::publish) of something that happened `occurrences` times (e.g. pods
+    /// left unlinked): a higher count than published updates the Event's series at once.
+    pub async fn publish_counted(
+        &self,
+        regarding: &ObjectReference,
+        reason: Reason,
+        note: String,
+        occurrences: Option<u32>,
+    ) -> Result<(), EventError> {
         let note = truncate(note, 1000);
         let key = (
             regarding.uid.clone().unwrap_or_default(),
-            reason.to_string(),
-            note.clone(),
+            reason.as_str().to_string(),
+            note,
         );
-        if self.recently_seen(&key) {
-            return Ok(());
-        }
-        let now = Timestamp::now();
-        let namespace = regarding
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into());
-        let event = Event {
-            metadata: ObjectMeta {
-                name: Some(event_name(
-                    regarding.name.as_deref().unwrap_or(REPORTING_CONTROLLER),
-                    now.as_nanosecond() as u64,
-                )),
-                namespace: Some(namespace.clone()),
-                ..ObjectMeta::default()
-            },
-            action: Some("Reconcile".into()),
-            reason: Some(reason.to_string()),
-            note: Some(note),
-            type_: Some(type_.as_str().into()),
-            event_time: Some(MicroTime(now)),
-            regarding: Some(regarding.clone()),
-            reporting_controller: Some(REPORTING_CONTROLLER.into()),
-            reporting_instance: Some(self.reporting_instance.clone()),
-            ..Event::default()
+        let known = self.seen.lock().expect("lock").get(&key).cloned();
+        let wanted = occurrences.map(|n| n.min(i32::MAX as u32) as i32);
+        let result = match known {
+            Some(p) => {
+                let due = p.stale || p.at.elapsed() >= DEDUP_WINDOW;
+                let count = match wanted {
+                    Some(n) if n > p.count => n,
+                    _ if due => p.count.saturating_add(1),
+                    _ => return Ok(()),
+                };
+                // One the API server refused before has no object to update.
+                let update = if p.name.is_empty() {
+                    None
+                } else {
+                    Some(self.update(&p, count).await)
+                };
+                match update {
+                    None => self.create(regarding, reason, &key.2, wanted).await,
+                    Some(Err(kube::Error::Api(s))) if s.code == 404 => {
+                        // Expired (the API server keeps Events for an hour): publish it anew.
+                        self.create(regarding, reason, &key.2, wanted).await
+                    }
+                    Some(other) => other.map(|()| Published {
+                        count,
+                        at: Instant::now(),
+                        stale: false,
+                        ..p
+                    }),
+                }
+            }
+            None => self.create(regarding, reason, &key.2, wanted).await,
         };
-        let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
-        match api.create(&PostParams::default(), &event).await {
-            Ok(_) => {
-                self.remember([key]);
+        let type_ = reason.type_().as_str();
+        let reason = reason.as_str();
+        match result {
+            Ok(published) => {
+                self.seen.lock().expect("lock").insert(key, published);
                 self.metrics
                     .events
-                    .with_label_values(&[type_.as_str(), reason])
+                    .with_label_values(&[type_, reason])
                     .inc();
                 Ok(())
             }
             Err(kube::Error::Api(status)) if refused(status.code) => {
                 // Retrying cannot help: say so once, and not again within the window.
-                self.remember([key]);
+                let namespace = regarding.namespace.clone().unwrap_or_default();
+                self.seen.lock().expect("lock").insert(
+                    key,
+                    Published {
+                        name: String::new(),
+                        namespace: namespace.clone(),
+                        count: i32::MAX,
+                        at: Instant::now(),
+                        stale: false,
+                    },
+                );
                 self.metrics
                     .events_failed
                     .with_label_values(&[reason, "refused"])
@@ -260,30 +305,115 @@ impl Events {
         }
     }
 
-    fn recently_seen(&self, key: &Key) -> bool {
+    /// Creates the Event (with a series when it already happened more than once).
+    async fn create(
+        &self,
+        regarding: &ObjectReference,
+        reason: Reason,
+        note: &str,
+        occurrences: Option<i32>,
+    ) -> Result<Published, kube::Error> {
+        let now = Timestamp::now();
+        let namespace = regarding
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        let name = event_name(
+            regarding.name.as_deref().unwrap_or(REPORTING_CONTROLLER),
+            now.as_nanosecond() as u64,
+        );
+        let count = occurrences.unwrap_or(1).max(1);
+        let event = Event {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(namespace.clone()),
+                ..ObjectMeta::default()
+            },
+            action: Some("Reconcile".into()),
+            reason: Some(reason.as_str().to_string()),
+            note: Some(note.to_string()),
+            type_: Some(reason.type_().as_str().into()),
+            event_time: Some(MicroTime(now)),
+            series: (count > 1).then_some(EventSeries {
+                count,
+                last_observed_time: MicroTime(now),
+            }),
+            regarding: Some(regarding.clone()),
+            reporting_controller: Some(REPORTING_CONTROLLER.into()),
+            reporting_instance: Some(self.reporting_instance.clone()),
+            ..Event::default()
+        };
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
+        api.create(&PostParams::default(), &event).await?;
+        Ok(Published {
+            name,
+            namespace,
+            count,
+            at: Instant::now(),
+            stale: false,
+        })
+    }
+
+    /// Sets an Event's series to `count` occurrences, the last one now.
+    async fn update(&self, p: &Published, count: i32) -> Result<(), kube::Error> {
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &p.namespace);
+        let series = json!({"series": {"count": count.max(2), "lastObservedTime": MicroTime(Timestamp::now())}});
+        api.patch(&p.name, &PatchParams::default(), &Patch::Merge(&series))
+            .await
+            .map(|_| ())
+    }
+
+    /// Remembers Events as published — those an earlier instance (or the leader this replica
+    /// takes over from) published, read back — so that none is published again, and a repeat
+    /// updates the same Event object.
+    pub fn remember(&self, events: impl IntoIterator<Item = Event>) {
         let mut seen = self.seen.lock().expect("lock");
         if seen.len() > 50_000 {
-            seen.retain(|_, t| t.elapsed() < DEDUP_WINDOW);
+            seen.retain(|_, p| p.at.elapsed() < DEDUP_WINDOW);
         }
-        seen.get(key).is_some_and(|t| t.elapsed() < DEDUP_WINDOW)
+        for e in events {
+            let (Some(uid), Some(reason), Some(name), Some(namespace)) = (
+                e.regarding.and_then(|r| r.uid),
+                e.reason,
+                e.metadata.name,
+                e.metadata.namespace,
+            ) else {
+                continue;
+            };
+            let count = e.series.map_or(1, |s| s.count);
+            let key = (uid, reason, e.note.unwrap_or_default());
+            let newer = seen.get(&key).is_none_or(|p| p.count <= count);
+            if newer {
+                seen.insert(
+                    key,
+                    Published {
+                        name,
+                        namespace,
+                        count,
+                        at: Instant::now(),
+                        stale: false,
+                    },
+                );
+            }
+        }
     }
 
-    /// Remembers Events as published (also those an earlier instance published, read back at
-    /// start-up, so a restart publishes none of them again).
-    pub fn remember(&self, events: impl IntoIterator<Item = Key>) {
-        let mut seen = self.seen.lock().expect("lock");
-        let now = Instant::now();
-        for key in events {
-            seen.insert(key, now);
-        }
-    }
-
-    /// Forgets a job's Events of these reasons, so they are published again if they recur.
+    /// Lets a job's Events of these reasons be published again if they recur (as updates of
+    /// the same Event objects).
     pub fn forget(&self, uid: &str, reasons: &[Reason]) {
+        for ((u, r, _), p) in self.seen.lock().expect("lock").iter_mut() {
+            if u == uid && reasons.iter().any(|x| x.as_str() == r) {
+                p.stale = true;
+            }
+        }
+    }
+
+    /// Drops everything kept for an object that is gone.
+    pub fn forget_object(&self, uid: &str) {
         self.seen
             .lock()
             .expect("lock")
-            .retain(|(u, r, _), _| !(u == uid && reasons.iter().any(|x| x.as_str() == r)));
+            .retain(|(u, _, _), _| u != uid);
     }
 }
 

@@ -177,6 +177,9 @@ pub struct Plan {
     pub health: Option<JobHealth>,
     /// Event reasons that are news again (a condition cleared).
     pub forget: Vec<Reason>,
+    /// How many times the condition of an Event has occurred (e.g. pods left unlinked): its
+    /// Event's series count.
+    pub occurrences: Vec<(Reason, u32)>,
 }
 
 impl Plan {
@@ -191,6 +194,7 @@ impl Plan {
             outcome,
             health: None,
             forget: Vec::new(),
+            occurrences: Vec::new(),
         }
     }
 
@@ -360,8 +364,9 @@ fn plan_active(input: &Input, mode: Mode, job: &Job, gang: &Gang) -> Plan {
             ),
         ));
     }
-    if let Some(message) = unlinked_pods(input, mode, job, &name) {
+    if let Some((message, pods)) = unlinked_pods(input, mode, job, &name) {
         plan.events.push((Reason::PodsNotLinked, message));
+        plan.occurrences.push((Reason::PodsNotLinked, pods));
     }
     if mode == Mode::Manage {
         // A PodGroup this job owns under another name or backend is stale.
@@ -371,31 +376,29 @@ fn plan_active(input: &Input, mode: Mode, job: &Job, gang: &Gang) -> Plan {
 }
 
 /// Pods of the gang that the pod-link webhook did not link (SPEC §8): they run outside the
-/// gang, so the job is told which, and how to get them linked.
-fn unlinked_pods(input: &Input, mode: Mode, job: &Job, name: &str) -> Option<String> {
+/// gang, so the job is told how many, how to find them and how to get them linked. The note
+/// stays the same as more pods join them — one Event per job, whose series count is the number
+/// of pods — so a 200-worker job without the webhook makes one Event, not 200.
+fn unlinked_pods(input: &Input, mode: Mode, job: &Job, name: &str) -> Option<(String, u32)> {
     if !input.settings.webhook || mode != Mode::Manage {
         return None;
     }
-    let pods: Vec<&str> = input
+    let pods = input
         .unlinked_pods
         .iter()
         .filter(|(_, launcher)| !(*launcher && job.launcher_waits_for_workers))
-        .map(|(p, _)| p.as_str())
-        .collect();
-    if pods.is_empty() {
+        .count();
+    if pods == 0 {
         return None;
     }
-    const SHOWN: usize = 5;
-    let more = pods.len().saturating_sub(SHOWN);
-    Some(format!(
-        "{} pod(s) were created without the link to PodGroup {name} and run outside the gang: {}{}; the pod-link webhook did not admit them (it was stopped or unreachable, or the job was not in its cache yet). Delete them and the operator recreates them linked",
-        pods.len(),
-        pods[..pods.len().min(SHOWN)].join(", "),
-        if more > 0 {
-            format!(" and {more} more")
-        } else {
-            String::new()
-        }
+    Some((
+        format!(
+            "pods of this job were created without the link to PodGroup {name} and run outside the gang (the Event's count is how many); the pod-link webhook did not admit them (it was stopped or unreachable, or the job was not in its cache yet). Delete them and the operator recreates them linked: kubectl get pods -n {ns} -l {label}={job} lists the job's pods, and those without the link are the ones",
+            ns = job.namespace,
+            label = crate::webhook::link::JOB_NAME_LABEL,
+            job = job.name,
+        ),
+        pods as u32,
     ))
 }
 
@@ -1269,7 +1272,31 @@ mod tests {
             &pods,
         );
         assert_eq!(reasons(&p), vec![Reason::PodsNotLinked]);
-        assert!(p.events[0].1.starts_with("2 pod(s) were created without the link to PodGroup train and run outside the gang: train-worker-0, train-worker-1;"), "{}", p.events[0].1);
+        assert!(
+            p.events[0]
+                .1
+                .starts_with("pods of this job were created without the link to PodGroup train"),
+            "{}",
+            p.events[0].1
+        );
+        assert_eq!(p.occurrences, vec![(Reason::PodsNotLinked, 2)]);
+        // More unlinked pods: the same note, a higher count.
+        let three = [
+            pods[0].clone(),
+            pods[1].clone(),
+            ("train-worker-2".into(), false),
+        ];
+        let more = plan_unlinked(
+            &job(2),
+            Some(&ns),
+            &Cached::serving_both(),
+            &s,
+            None,
+            true,
+            &three,
+        );
+        assert_eq!(more.events, p.events);
+        assert_eq!(more.occurrences, vec![(Reason::PodsNotLinked, 3)]);
         assert!(p.write.is_some(), "the PodGroup is still made");
         // Not without the webhook (MissingPodGroupLink covers templates then), not in dry-run.
         let off = plan_unlinked(

@@ -191,7 +191,7 @@ impl Context {
         self.refused.lock().expect("lock").remove(uid);
         self.health.lock().expect("lock").remove(uid);
         self.waiting_seen.lock().expect("lock").remove(uid);
-        self.events.forget(uid, &Reason::ALL);
+        self.events.forget_object(uid);
     }
     /// Keeps (or forgets) what the plan says to remember of a job's gang health.
     fn remember_health(&self, uid: &str, health: Option<JobHealth>) {
@@ -395,7 +395,7 @@ async fn execute(
         ctx.saw_phase(seen);
     }
     count(ctx, &plan.tallies);
-    publish(obj, ctx, kind, &plan.events).await?;
+    publish(obj, ctx, kind, &plan.events, &plan.occurrences).await?;
     Ok(plan.outcome)
 }
 
@@ -445,6 +445,7 @@ async fn publish(
     ctx: &Context,
     kind: &JobKind,
     events: &[(Reason, String)],
+    occurrences: &[(Reason, u32)],
 ) -> Result<(), EventError> {
     if events.is_empty() {
         return Ok(());
@@ -460,7 +461,15 @@ async fn publish(
     };
     let mut failed = None;
     for (reason, note) in events {
-        if let Err(e) = ctx.events.publish(&job_ref, *reason, note.clone()).await {
+        let n = occurrences
+            .iter()
+            .find(|(r, _)| r == reason)
+            .map(|(_, n)| *n);
+        let published = ctx
+            .events
+            .publish_counted(&job_ref, *reason, note.clone(), n)
+            .await;
+        if let Err(e) = published {
             debug!(error = %e, "event not published");
             failed.get_or_insert(e);
         }

@@ -218,7 +218,7 @@ fn expected_cluster_triples(
     add("scheduling.x-k8s.io", &["podgroups"], &pg_verbs);
     add("scheduling.volcano.sh", &["podgroups"], &pg_verbs);
     add("scheduling.k8s.io", &["podgroups"], &pg_verbs);
-    add("events.k8s.io", &["events"], &["list", "create"]);
+    add("events.k8s.io", &["events"], &["list", "create", "patch"]);
     if webhook {
         add("", &["pods"], &["list", "watch"]);
     }

@@ -613,6 +613,66 @@ async fn a_leader_whose_api_connection_stalls_stops_writing_before_its_lease_exp
     }
 }
 
+/// A leader killed while 100 jobs carry Warnings: the standby, started before they were
+/// published, reads them when it takes the lead and publishes none of them again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_new_leader_publishes_no_warning_the_old_one_published() {
+    let sc = Scenario::new("leader killed while 100 jobs carry Warnings").await;
+    let lease_ns = support::test_namespace(&sc.client, "lease", &[]).await;
+    let args = |who: &str| controller::leader_args(&lease_ns, who);
+    let (args_a, args_b) = (args("a"), args("b"));
+    let a = sc.controller(None, &args_a.iter().map(String::as_str).collect::<Vec<_>>());
+    let leading = |c: &Controller| c.metric("podgroup_sync_leader", &[]) == 1.0;
+    support::wait_for("a leads", Duration::from_secs(30), || async {
+        leading(&a).then_some(())
+    })
+    .await;
+    let b = sc.controller(None, &args_b.iter().map(String::as_str).collect::<Vec<_>>());
+    // 100 jobs with a Warning each: 50 invalid (InvalidSpec), 50 whose templates lack the pod
+    // link (MissingPodGroupLink; no webhook).
+    let warned = batch("warned", 100, 50);
+    sc.create(&warned).await;
+    sc.converged(&warned, Instant::now(), "100 jobs with Warnings")
+        .await;
+    let events: Api<Event> = Api::namespaced(sc.client.clone(), &sc.ns);
+    let lp = ListParams::default().fields("reportingController=podgroup-sync");
+    let before = events.list(&lp).await.unwrap().items.len();
+    faults::kill9(&faults::Proc {
+        pid: a.child.id(),
+        argv: Vec::new(),
+    });
+    let killed = Instant::now();
+    support::wait_for("b leads", Duration::from_secs(30), || async {
+        leading(&b).then_some(())
+    })
+    .await;
+    let took = killed.elapsed();
+    // Its first pass over every job is done.
+    support::wait_for(
+        "b reconciled every job",
+        Duration::from_secs(60),
+        || async {
+            (b.metric("podgroup_sync_reconcile_total", &[]) >= warned.len() as f64).then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = events.list(&lp).await.unwrap().items.len();
+    println!(
+        "figure: leader killed with {} Warnings out: the standby led after {:.1} s and created {} new Event objects ({before} before, {after} after)",
+        warned.len(),
+        took.as_secs_f64(),
+        after - before
+    );
+    assert!(
+        before >= warned.len(),
+        "{before} Events for {} jobs",
+        warned.len()
+    );
+    assert_eq!(after, before, "the new leader published Events again");
+    assert_no_panic(&b);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn etcd_stopped_mid_burst() {
     let sc = Scenario::new("etcd stopped mid-burst").await;

@@ -421,13 +421,37 @@ async fn rule_8_with_the_webhook_stopped_pods_are_created_and_the_job_is_told() 
         start.elapsed()
     );
     let event = jobs::wait_event(&client, &ns, "stopped", "PodsNotLinked").await;
-    let note = event.note.unwrap_or_default();
-    assert!(note.contains(&pod.name_any()), "{note}");
-    assert!(
-        !note.contains(&linked.name_any()),
-        "the linked pod is not named: {note}"
-    );
+    let note = event.note.clone().unwrap_or_default();
     assert!(note.contains("link to PodGroup stopped"), "{note}");
+    assert!(
+        note.contains("training.kubeflow.org/job-name=stopped"),
+        "{note}"
+    );
+    assert!(event.series.is_none(), "one pod: {:?}", event.series);
+
+    // 199 more pods come unlinked: the same Event counts them, no new Event per pod.
+    const PODS: i32 = 200;
+    for _ in 1..PODS {
+        operator_creates_pod(&client, &ns, Kind::PyTorchJob, &job, "Worker").await;
+    }
+    let counted = support::wait_for(
+        "the PodsNotLinked Event counting 200 pods",
+        Duration::from_secs(60),
+        || async {
+            let events = jobs::events(&client, &ns, "stopped", "PodsNotLinked").await;
+            let count = events
+                .iter()
+                .filter_map(|e| e.series.as_ref().map(|s| s.count))
+                .max();
+            (count == Some(PODS)).then_some(events)
+        },
+    )
+    .await;
+    println!(
+        "figure: {PODS} unlinked pods of one job: {} PodsNotLinked Event object(s)",
+        counted.len()
+    );
+    assert!(counted.len() <= 2, "{} Event objects", counted.len());
 }
 
 #[tokio::test]

@@ -101,11 +101,12 @@ are only listed and watched (by caches), never fetched one by one, so "get" is n
 - apiGroups: ["scheduling.x-k8s.io", "scheduling.volcano.sh", "scheduling.k8s.io"]
   resources: ["podgroups"]
   verbs: ["list", "watch", "create", "patch", "delete"]
-# Events on the jobs: create (a repeated Event is suppressed, never patched); list once at
-# start-up, to remember the Events an earlier instance published and not publish them again.
+# Events on the jobs: create; patch to count a repeat in the Event's series instead of
+# publishing it again; list at start-up and on taking the lead, to remember the Events an
+# earlier instance or the previous leader published.
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
-  verbs: ["list", "create"]
+  verbs: ["list", "create", "patch"]
 {{- if .Values.controller.gangFeasibility }}
 # With the feasibility check: Nodes (allocatable, taints, unschedulable are kept) and Volcano
 # Queues (their state is kept), to report gangs that can never be placed. Never written.
