@@ -38,6 +38,7 @@ pub mod refusal;
 pub mod resources;
 pub mod running;
 pub mod strip;
+pub mod target;
 pub mod trigger;
 pub mod unlinked;
 pub mod watch;

@@ -19,13 +19,14 @@ use crate::backend::{self, BackendKind, Phase};
 use crate::diff::needs_apply;
 use crate::enablement::Mode;
 use crate::events::Reason;
-use crate::gang::{self, Gang, Priorities};
+use crate::gang::{Gang, Priorities};
 use crate::health::feasible::{self, Capacity};
 use crate::health::{JobHealth, broken};
 use crate::job::{self, InvalidJob, Job, JobKind};
 use crate::reconcile::{FIELD_MANAGER, ResizePolicy, Settings};
 use crate::refusal::Refusal;
 use crate::resources::AdmissionDefaults;
+use crate::target::{Around, NoPodGroup, Target, target};
 
 /// A resourceVersion no PodGroup can have (etcd's first revision belongs to the API server's own
 /// bootstrap). A server-side apply that carries it creates the object when there is none and is
@@ -282,61 +283,54 @@ pub fn plan(input: &Input) -> Plan {
         Ok(j) => j,
         Err(invalid) => return Plan::invalid(&invalid),
     };
-    if enablement.job_opted_out(&job) || job.managed_elsewhere() {
-        return Plan::delete_all(input, Mode::Manage);
-    }
-    let finished = job.finished && !input.settings.keep_finished;
-    if finished || job.suspended() {
-        // A dry-run namespace never had a PodGroup written.
-        return Plan::delete_all(input, mode);
-    }
-    let gang = match input
-        .defaults
-        .clone()
-        .and_then(|defaults| gang::compute(&job, input.priorities, &defaults))
-    {
-        Ok(g) => g,
-        Err(invalid) => return Plan::invalid(&invalid),
+    let around = Around {
+        namespace_annotations: input.namespace_annotations,
+        priorities: input.priorities,
+        defaults: input.defaults,
+        pod_groups: input.pod_groups,
+        settings: input.settings,
     };
-    plan_active(input, mode, &job, &gang)
+    match target(&job, &around) {
+        Ok(t) => plan_active(input, mode, &job, t),
+        Err(NoPodGroup::OptedOut | NoPodGroup::ManagedElsewhere) => {
+            Plan::delete_all(input, Mode::Manage)
+        }
+        // A dry-run namespace never had a PodGroup written.
+        Err(NoPodGroup::Finished | NoPodGroup::Suspended) => Plan::delete_all(input, mode),
+        Err(NoPodGroup::Invalid(invalid)) => Plan::invalid(&invalid),
+        Err(NoPodGroup::UnknownBackend(msg)) => {
+            let mut plan = Plan::new(Outcome::Invalid);
+            plan.tallies.push(Tally::Invalid("InvalidBackend"));
+            plan.events.push((Reason::InvalidBackend, msg.to_string()));
+            plan
+        }
+        Err(NoPodGroup::NotServed(backend_kind)) => {
+            let mut plan = Plan::new(Outcome::RequeueAfter(Duration::from_secs(300)));
+            plan.tallies.push(Tally::BackendUnavailable(backend_kind));
+            plan.events.push((
+                Reason::BackendUnavailable,
+                format!(
+                    "{}; the PodGroup is created once it is",
+                    backend_kind.backend().not_served()
+                ),
+            ));
+            plan
+        }
+    }
 }
 
-/// An active job with a gang: choose the backend and name, report what is off in the templates,
+/// An active job with its PodGroup chosen ([`target`]): report what is off in the templates,
 /// then create, update or leave the PodGroup (SPEC §3).
-fn plan_active(input: &Input, mode: Mode, job: &Job, gang: &Gang) -> Plan {
+fn plan_active(input: &Input, mode: Mode, job: &Job, t: Target) -> Plan {
+    let Target {
+        backend: backend_kind,
+        name,
+        gang,
+        warnings: name_warnings,
+    } = t;
+    let gang = &gang;
     let opts = &input.settings.backend_options;
-    let backend_kind =
-        match input
-            .settings
-            .enablement
-            .backend(job, input.namespace_annotations, opts)
-        {
-            Ok((b, _)) => b,
-            Err(msg) => {
-                let mut plan = Plan::new(Outcome::Invalid);
-                plan.tallies.push(Tally::Invalid("InvalidBackend"));
-                plan.events.push((Reason::InvalidBackend, msg.to_string()));
-                return plan;
-            }
-        };
     let backend = backend_kind.backend();
-    if !input.pod_groups.served(backend_kind) {
-        let mut plan = Plan::new(Outcome::RequeueAfter(Duration::from_secs(300)));
-        plan.tallies.push(Tally::BackendUnavailable(backend_kind));
-        plan.events.push((
-            Reason::BackendUnavailable,
-            format!(
-                "{}; the PodGroup is created once it is",
-                backend.not_served()
-            ),
-        ));
-        return plan;
-    }
-    let (name, name_warnings) =
-        match backend::name_and_checks(backend, job, &|c| input.priorities.contains(c)) {
-            Ok(n) => n,
-            Err(invalid) => return Plan::invalid(&invalid),
-        };
     let mut plan = Plan::new(Outcome::Done);
     // A job refused before stays reported until a write succeeds.
     plan.valid = input.refused.is_none();

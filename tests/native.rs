@@ -212,6 +212,20 @@ async fn rule_9_the_webhook_links_pods_of_every_kind_through_the_scheduling_grou
         }
         wait_pg(&client, &ns, B, &name, "created", |_| true).await;
     }
+    // A job whose priority class is no valid name gets no PodGroup (InvalidSpec): its pods get
+    // no link — for this backend an immutable one — to a PodGroup that never comes.
+    let bad = with_class(jobs::job(Kind::PyTorchJob, B, "bad-class", 2), "Bad_Class");
+    let job = jobs::create(&client, &ns, Kind::PyTorchJob, &bad).await;
+    let pod = operator_pod(Kind::PyTorchJob, &job, "Worker", None);
+    let pod = wh::create_pod(&client, &ns, &pod).await;
+    let pod_name = pod.metadata.name.clone().unwrap();
+    assert_eq!(
+        scheduling_group(&client, &ns, &pod_name).await,
+        None,
+        "{}",
+        log()
+    );
+    jobs::wait_event(&client, &ns, "bad-class", "InvalidSpec").await;
     // With the webhook on, unlinked templates are expected: no MissingPodGroupLink.
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(

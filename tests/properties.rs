@@ -4,17 +4,26 @@
 //! and any PodGroup produced is one the API server can accept (a valid name that pods can link
 //! to, minMember ≥ 1, no negative quantity).
 //!
+//! And the webhook against the planner: for arbitrary jobs and every default backend, a pod the
+//! webhook links names exactly the PodGroup the planner writes for its job (same backend, same
+//! name), and a job the planner writes no PodGroup for has no pod linked.
+//!
 //! CI runs `PROPTEST_CASES` cases (default below); a long run is
 //! `PROPTEST_CASES=200000 cargo test --release --test properties`.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::scheduling::v1::PriorityClass;
+use podgroup_sync::backend::BackendKind;
 use podgroup_sync::backend::{self, BACKENDS, BackendOptions};
+use podgroup_sync::enablement::{Enablement, Mode};
 use podgroup_sync::gang::{self, Priorities};
 use podgroup_sync::job::{self, JobKind, KINDS};
+use podgroup_sync::plan::{self, PodGroups};
 use podgroup_sync::quantity::Quantity;
+use podgroup_sync::reconcile::{ResizePolicy, Settings};
 use podgroup_sync::resources::AdmissionDefaults;
+use podgroup_sync::webhook::link::{self, Decision, PodView};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -320,8 +329,135 @@ fn pipeline(kind: &'static JobKind, obj: &Value) -> Vec<String> {
     out
 }
 
+/// Every backend served, no PodGroup cached yet.
+struct NoneYet;
+
+impl PodGroups for NoneYet {
+    fn served(&self, _: BackendKind) -> bool {
+        true
+    }
+    fn get(
+        &self,
+        _: BackendKind,
+        _: &str,
+        _: &str,
+    ) -> Option<std::sync::Arc<kube::api::DynamicObject>> {
+        None
+    }
+    fn controlled_by(
+        &self,
+        _: &str,
+    ) -> Vec<(BackendKind, std::sync::Arc<kube::api::DynamicObject>)> {
+        Vec::new()
+    }
+}
+
+fn settings(default_backend: BackendKind) -> Settings {
+    Settings {
+        enablement: Enablement {
+            annotation_key: "podgroup-sync.io/enabled".into(),
+            default_mode: Mode::Off,
+            default_backend,
+        },
+        backend_options: BackendOptions::default(),
+        resize: ResizePolicy::Always,
+        keep_finished: false,
+        gang_wait_warning: std::time::Duration::from_secs(120),
+        webhook: true,
+        gang_broken_after: std::time::Duration::from_secs(60),
+        feasibility: false,
+        audit_interval: std::time::Duration::ZERO,
+    }
+}
+
+/// What the webhook does with a worker pod of the job, and the PodGroup (backend, name) the
+/// planner writes for it, for one default backend.
+fn webhook_and_planner(
+    kind: &'static JobKind,
+    obj: &Value,
+    default_backend: BackendKind,
+) -> Option<(Decision, Option<(BackendKind, String)>)> {
+    let job: kube::api::DynamicObject = serde_json::from_value(obj.clone()).ok()?;
+    let s = settings(default_backend);
+    let ns = BTreeMap::from([("podgroup-sync.io/enabled".to_string(), "true".to_string())]);
+    let priorities = priorities();
+    let defaults = Ok(AdmissionDefaults::default());
+    let owners = vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: kind.api_version(),
+            kind: kind.kind.to_string(),
+            name: job.metadata.name.clone().unwrap_or_default(),
+            uid: "u".into(),
+            controller: Some(true),
+            ..Default::default()
+        },
+    ];
+    let labels = BTreeMap::from([(
+        link::JOB_NAME_LABEL.to_string(),
+        job.metadata.name.clone().unwrap_or_default(),
+    )]);
+    let pod = PodView {
+        labels: Some(&labels),
+        annotations: None,
+        owner_references: &owners,
+        scheduler_name: None,
+        scheduling_group: false,
+    };
+    let owner = link::owner_of(&pod).ok()?;
+    let ctx = link::Context {
+        namespace_annotations: Some(&ns),
+        pod_groups: &NoneYet,
+        priorities: &priorities,
+        defaults: &defaults,
+        settings: &s,
+    };
+    let decision = link::decide(&pod, &owner, &job, &ctx);
+    let planned = plan::plan(&plan::Input {
+        kind,
+        job: &job,
+        leading: true,
+        namespace_annotations: Some(&ns),
+        priorities: &priorities,
+        defaults: &defaults,
+        pod_groups: &NoneYet,
+        refused: None,
+        unlinked_pods: &[],
+        settings: &s,
+        now: "2026-12-01T00:10:00Z".parse().unwrap(),
+        health: None,
+        capacity: None,
+        queues: None,
+    });
+    let written = planned.write.map(|w| {
+        let name = w.body["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        (w.backend, name)
+    });
+    Some((decision, written))
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_pod_the_webhook_links_names_the_pod_group_the_planner_writes((kind, obj) in job_json()) {
+        for default_backend in BACKENDS {
+            let Some((decision, written)) = webhook_and_planner(kind, &obj, default_backend) else {
+                continue;
+            };
+            match decision {
+                Decision::Link { backend, name, .. } | Decision::Unchanged { backend, name } => {
+                    prop_assert_eq!(Some((backend, name)), written, "{}", obj);
+                }
+                Decision::Skipped(skip) => {
+                    // Only the MPIJob launcher outside the gang is skipped while its job gets one.
+                    prop_assert!(written.is_none(), "{:?} but the planner writes {:?}: {}", skip, written, obj);
+                }
+            }
+        }
+    }
 
     #[test]
     fn the_pipeline_never_panics_and_is_deterministic((kind, obj) in job_json()) {

@@ -192,6 +192,32 @@ async fn rule_8_pods_that_are_not_ours_to_link_are_admitted_unchanged() {
         "opted-out job",
     );
 
+    // A job whose Volcano queue name is no valid name gets no PodGroup (the planner reports
+    // InvalidSpec): its pods are not linked to one that never comes.
+    let mut manifest = wh::unlinked(jobs::job(
+        Kind::PyTorchJob,
+        Backend::Volcano,
+        "bad-queue",
+        2,
+    ));
+    manifest["metadata"]["annotations"] = json!({"podgroup-sync.io/backend": "volcano"});
+    manifest["spec"]["runPolicy"] = json!({"schedulingPolicy": {"queue": "Bad_Queue"}});
+    let job = jobs::create(&client, &on, Kind::PyTorchJob, &manifest).await;
+    let before = shared_metric(
+        "podgroup_sync_admissions_total",
+        &[("result", "skipped"), ("reason", "invalid_job")],
+    );
+    unchanged(
+        &operator_creates_pod(&client, &on, Kind::PyTorchJob, &job, "Worker").await,
+        "a job on an invalid Volcano queue name",
+    );
+    let after = shared_metric(
+        "podgroup_sync_admissions_total",
+        &[("result", "skipped"), ("reason", "invalid_job")],
+    );
+    assert_eq!(after, before + 1.0);
+    jobs::wait_event(&client, &on, "bad-queue", "InvalidSpec").await;
+
     // A pod with the operators' label whose controller is not a job.
     let cm: ConfigMap = Api::namespaced(client.clone(), &on)
         .create(

@@ -12,11 +12,12 @@ use serde_json::{Value, json};
 
 use crate::backend::{self, BackendKind, BackendOptions, LinkKey, PodGroupBackend};
 use crate::enablement::{Enablement, Mode};
-use crate::gang::{self, Priorities};
+use crate::gang::Priorities;
 use crate::job::{self, InvalidJob, JobKind, MPIJOB_V2BETA1};
 use crate::plan::{PodGroups, ours};
 use crate::reconcile::Settings;
 use crate::resources::AdmissionDefaults;
+use crate::target::{Around, NoPodGroup, target};
 
 /// Labels the Kubeflow operators put on every pod they create (training-operator and
 /// mpi-operator alike); the webhook's objectSelector requires the job-name one.
@@ -270,44 +271,34 @@ pub fn decide(pod: &PodView, owner: &Owner, job: &DynamicObject, ctx: &Context) 
     else {
         return Decision::Skipped(Skip::InvalidJob);
     };
-    if settings.enablement.job_opted_out(&job) {
-        return Decision::Skipped(Skip::OptedOut);
-    }
-    if job.managed_elsewhere() {
-        return Decision::Skipped(Skip::ManagedElsewhere);
-    }
-    if job.finished && !settings.keep_finished {
-        return Decision::Skipped(Skip::Finished);
-    }
-    if job.suspended() {
-        return Decision::Skipped(Skip::Suspended);
-    }
+    let around = Around {
+        namespace_annotations,
+        priorities: ctx.priorities,
+        defaults: ctx.defaults,
+        pod_groups: ctx.pod_groups,
+        settings,
+    };
+    // The planner's own decision: the pod is linked only to the PodGroup the planner writes.
+    let (backend_kind, name) = match target(&job, &around) {
+        Ok(t) => (t.backend, t.name),
+        Err(why) => {
+            return Decision::Skipped(match why {
+                NoPodGroup::OptedOut => Skip::OptedOut,
+                NoPodGroup::ManagedElsewhere => Skip::ManagedElsewhere,
+                NoPodGroup::Finished => Skip::Finished,
+                NoPodGroup::Suspended => Skip::Suspended,
+                NoPodGroup::Invalid(_) => Skip::InvalidJob,
+                NoPodGroup::UnknownBackend(_) => Skip::UnknownBackend,
+                NoPodGroup::NotServed(_) => Skip::BackendNotServed,
+            });
+        }
+    };
     if owner.launcher && job.launcher_waits_for_workers {
         return Decision::Skipped(Skip::LauncherOutsideGang);
     }
-    if ctx
-        .defaults
-        .clone()
-        .and_then(|d| gang::compute(&job, ctx.priorities, &d))
-        .is_err()
-    {
-        return Decision::Skipped(Skip::InvalidJob);
-    }
     let opts = &settings.backend_options;
-    let Ok((backend_kind, _)) = settings
-        .enablement
-        .backend(&job, namespace_annotations, opts)
-    else {
-        return Decision::Skipped(Skip::UnknownBackend);
-    };
     let pod_groups = ctx.pod_groups;
-    if !pod_groups.served(backend_kind) {
-        return Decision::Skipped(Skip::BackendNotServed);
-    }
     let backend = backend_kind.backend();
-    let Ok((name, _)) = backend::pod_group_name(backend, &job) else {
-        return Decision::Skipped(Skip::InvalidJob);
-    };
     if let Some(pg) = pod_groups.get(backend_kind, &job.namespace, &name)
         && !ours(&pg, &job.uid, &opts.instance)
     {

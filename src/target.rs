@@ -1,0 +1,90 @@
+//! Whether an active job gets a PodGroup, and which (SPEC §2–§3): the one decision the planner
+//! and the pod-link webhook share, so that a pod is linked only to a PodGroup the planner
+//! writes, under exactly the name it writes. Pure; the namespace's mode and the job's
+//! normalisation are the callers' (each reports them its own way).
+
+use std::collections::BTreeMap;
+
+use crate::backend::{self, BackendKind};
+use crate::enablement::UnknownBackend;
+use crate::gang::{self, Gang, Priorities};
+use crate::job::{InvalidJob, Job};
+use crate::plan::PodGroups;
+use crate::reconcile::Settings;
+use crate::resources::AdmissionDefaults;
+
+/// What the decision reads besides the job.
+pub struct Around<'a> {
+    /// The annotations of the job's Namespace.
+    pub namespace_annotations: Option<&'a BTreeMap<String, String>>,
+    pub priorities: &'a Priorities,
+    pub defaults: &'a Result<AdmissionDefaults, InvalidJob>,
+    pub pod_groups: &'a dyn PodGroups,
+    pub settings: &'a Settings,
+}
+
+/// The PodGroup an active job gets.
+#[derive(Debug)]
+pub struct Target {
+    pub backend: BackendKind,
+    pub name: String,
+    pub gang: Gang,
+    /// What is doubtful about the name or the backend's fields (not about the gang).
+    pub warnings: Vec<String>,
+}
+
+/// Why a job gets no PodGroup.
+#[derive(Debug)]
+pub enum NoPodGroup {
+    /// The job's enablement annotation is "false".
+    OptedOut,
+    /// Another controller manages the job (`runPolicy.managedBy`).
+    ManagedElsewhere,
+    /// Succeeded or Failed (without `--keep-finished`).
+    Finished,
+    Suspended,
+    /// No gang or no valid PodGroup can be made from the spec.
+    Invalid(InvalidJob),
+    UnknownBackend(UnknownBackend),
+    /// The backend's PodGroup CRD is not served.
+    NotServed(BackendKind),
+}
+
+/// The PodGroup `job` gets, or why it gets none; checked in the order the planner reports them.
+pub fn target(job: &Job, around: &Around) -> Result<Target, NoPodGroup> {
+    let settings = around.settings;
+    if settings.enablement.job_opted_out(job) {
+        return Err(NoPodGroup::OptedOut);
+    }
+    if job.managed_elsewhere() {
+        return Err(NoPodGroup::ManagedElsewhere);
+    }
+    if job.finished && !settings.keep_finished {
+        return Err(NoPodGroup::Finished);
+    }
+    if job.suspended() {
+        return Err(NoPodGroup::Suspended);
+    }
+    let gang = around
+        .defaults
+        .clone()
+        .and_then(|defaults| gang::compute(job, around.priorities, &defaults))
+        .map_err(NoPodGroup::Invalid)?;
+    let opts = &settings.backend_options;
+    let (backend_kind, _) = settings
+        .enablement
+        .backend(job, around.namespace_annotations, opts)
+        .map_err(NoPodGroup::UnknownBackend)?;
+    if !around.pod_groups.served(backend_kind) {
+        return Err(NoPodGroup::NotServed(backend_kind));
+    }
+    let class_exists = |c: &str| around.priorities.contains(c);
+    let (name, warnings) = backend::name_and_checks(backend_kind.backend(), job, &class_exists)
+        .map_err(NoPodGroup::Invalid)?;
+    Ok(Target {
+        backend: backend_kind,
+        name,
+        gang,
+        warnings,
+    })
+}
