@@ -94,6 +94,8 @@ fn exported() -> BTreeSet<String> {
     // Registered by the binary when it serves the pod-link webhook.
     podgroup_sync::webhook::admit::AdmissionMetrics::new(&metrics.registry);
     podgroup_sync::webhook::tls::TlsMetrics::new(&metrics.registry);
+    // Registered by the binary's API client.
+    podgroup_sync::client::Throttle::new(Some(&metrics.registry));
     metrics.metric_names().into_iter().collect()
 }
 

@@ -412,6 +412,17 @@ async fn rule_8_a_certificate_rotated_on_disk_is_served_without_restart() {
         c.metric("podgroup_sync_webhook_certificate_loaded", &[]),
         1.0
     );
+    // The certificates are made for 2 days: the expiry gauge says when the served one ends.
+    let expiry = c.metric(
+        "podgroup_sync_webhook_certificate_expiry_timestamp_seconds",
+        &[],
+    );
+    let now = k8s_openapi::jiff::Timestamp::now().as_second() as f64;
+    let left = expiry - now;
+    assert!(
+        (86_400.0 * 1.9..=86_400.0 * 2.0 + 60.0).contains(&left),
+        "expiry {expiry}: {left} s from now"
+    );
     c.stop();
 }
 

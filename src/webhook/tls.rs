@@ -63,6 +63,8 @@ impl Reloading {
                     match certified_key(&pair.0, &pair.1) {
                         Ok(key) => {
                             let first = !self.loaded();
+                            let expiry = key.cert.first().and_then(|c| not_after(c.as_ref()));
+                            metrics.expiry.set(expiry.unwrap_or(0) as f64);
                             *self.current.write().expect("lock") = Some(Arc::new(key));
                             metrics.reloads.with_label_values(&["ok"]).inc();
                             info!(cert = %files.cert.display(), first, "webhook serving certificate loaded");
@@ -95,6 +97,8 @@ pub struct TlsMetrics {
     pub reloads: IntCounterVec,
     /// `podgroup_sync_webhook_certificate_loaded`.
     pub loaded: IntGauge,
+    /// `podgroup_sync_webhook_certificate_expiry_timestamp_seconds`.
+    pub expiry: prometheus::Gauge,
 }
 
 impl TlsMetrics {
@@ -118,11 +122,91 @@ impl TlsMetrics {
         registry
             .register(Box::new(loaded.clone()))
             .expect("register");
+        let expiry = prometheus::Gauge::new(
+            "podgroup_sync_webhook_certificate_expiry_timestamp_seconds",
+            "When the serving certificate the webhook serves expires (its notAfter, Unix seconds; 0 before one loads)",
+        )
+        .expect("metric");
+        registry
+            .register(Box::new(expiry.clone()))
+            .expect("register");
         for r in ["ok", "error"] {
             reloads.with_label_values(&[r]);
         }
-        TlsMetrics { reloads, loaded }
+        TlsMetrics {
+            reloads,
+            loaded,
+            expiry,
+        }
     }
+}
+
+/// One DER element: its tag, its content and what follows it.
+fn tlv(der: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, rest) = der.split_first()?;
+    let (&first, rest) = rest.split_first()?;
+    let (len, rest) = if first < 0x80 {
+        (first as usize, rest)
+    } else {
+        let n = (first & 0x7f) as usize;
+        if n == 0 || n > 4 || rest.len() < n {
+            return None;
+        }
+        let len = rest[..n].iter().fold(0usize, |a, b| (a << 8) | *b as usize);
+        (len, &rest[n..])
+    };
+    (rest.len() >= len).then(|| (tag, &rest[..len], &rest[len..]))
+}
+
+/// The `notAfter` of an X.509 certificate (DER), in Unix seconds.
+pub fn not_after(cert: &[u8]) -> Option<i64> {
+    let (0x30, cert, _) = tlv(cert)? else {
+        return None;
+    };
+    let (0x30, tbs, _) = tlv(cert)? else {
+        return None;
+    };
+    let (tag, _, after) = tlv(tbs)?;
+    // The optional [0] version, then serialNumber, signature and issuer.
+    let mut rest = if tag == 0xa0 { after } else { tbs };
+    for _ in 0..3 {
+        rest = tlv(rest)?.2;
+    }
+    let (0x30, validity, _) = tlv(rest)? else {
+        return None;
+    };
+    let (_, _, after_not_before) = tlv(validity)?;
+    let (tag, time, _) = tlv(after_not_before)?;
+    asn1_time(tag, time)
+}
+
+/// A UTCTime (`YYMMDDHHMMSSZ`) or GeneralizedTime (`YYYYMMDDHHMMSSZ`) in Unix seconds.
+fn asn1_time(tag: u8, text: &[u8]) -> Option<i64> {
+    let s = std::str::from_utf8(text).ok()?.strip_suffix('Z')?;
+    let (year, rest) = match tag {
+        0x17 => {
+            let yy: i16 = s.get(0..2)?.parse().ok()?;
+            (if yy >= 50 { 1900 + yy } else { 2000 + yy }, s.get(2..)?)
+        }
+        0x18 => (s.get(0..4)?.parse().ok()?, s.get(4..)?),
+        _ => return None,
+    };
+    if rest.len() != 10 {
+        return None;
+    }
+    let two = |i: usize| rest.get(i..i + 2)?.parse::<i8>().ok();
+    let dt = k8s_openapi::jiff::civil::DateTime::new(
+        year,
+        two(0)?,
+        two(2)?,
+        two(4)?,
+        two(6)?,
+        two(8)?,
+        0,
+    )
+    .ok()?;
+    let utc = dt.to_zoned(k8s_openapi::jiff::tz::TimeZone::UTC).ok()?;
+    Some(utc.timestamp().as_second())
 }
 
 /// A certificate chain and its key from PEM.
@@ -146,6 +230,51 @@ pub fn certified_key(cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A DER element of `tag` around `content` (short lengths only).
+    fn el(tag: u8, content: &[u8]) -> Vec<u8> {
+        let mut v = vec![tag, content.len() as u8];
+        v.extend_from_slice(content);
+        v
+    }
+
+    #[test]
+    fn the_expiry_is_read_from_the_certificate() {
+        let validity = |not_after: Vec<u8>| {
+            let mut v = el(0x17, b"260101000000Z");
+            v.extend(not_after);
+            el(0x30, &v)
+        };
+        let cert = |version: bool, not_after: Vec<u8>| {
+            let mut tbs = Vec::new();
+            if version {
+                tbs.extend(el(0xa0, &el(0x02, &[2])));
+            }
+            tbs.extend(el(0x02, &[1]));
+            tbs.extend(el(0x30, &[]));
+            tbs.extend(el(0x30, &[]));
+            tbs.extend(validity(not_after));
+            tbs.extend(el(0x30, &[]));
+            el(0x30, &el(0x30, &tbs))
+        };
+        // 2036-12-31T23:59:59Z and 2049-06-30T12:00:00Z.
+        assert_eq!(
+            not_after(&cert(true, el(0x18, b"20361231235959Z"))),
+            Some(2_114_380_799)
+        );
+        assert_eq!(
+            not_after(&cert(false, el(0x17, b"490630120000Z"))),
+            Some(2_508_667_200)
+        );
+        assert_eq!(
+            not_after(&cert(true, el(0x17, b"491332120000Z"))),
+            None,
+            "no 13th month"
+        );
+        assert_eq!(not_after(&cert(true, el(0x04, b"x"))), None);
+        assert_eq!(not_after(b"\x30\x82"), None);
+        assert_eq!(not_after(&[]), None);
+    }
 
     #[test]
     fn garbage_is_refused_with_the_part_that_is_wrong() {
