@@ -459,6 +459,7 @@ fn lint_and_template_pass_for_every_supported_value_set() {
         ("locked-down", LOCKED_DOWN),
         ("bring-your-own-rbac", BRING_YOUR_OWN_RBAC),
         ("webhook-cert-manager", WEBHOOK_CERT_MANAGER),
+        ("webhook-cert-manager-own-ca", WEBHOOK_CERT_MANAGER_OWN_CA),
     ];
     for (name, values) in sets {
         lint(name, values).unwrap_or_else(|e| panic!("helm lint --strict, {name}:\n{e}"));
@@ -517,6 +518,7 @@ fn lint_and_template_pass_for_every_supported_value_set() {
                 check_generated_webhook(&r);
             }
             "webhook-cert-manager" => check_cert_manager_webhook(&r),
+            "webhook-cert-manager-own-ca" => check_cert_manager_own_ca(&r),
             "volcano-dry-run-ha" => {
                 assert_eq!(r.one("Deployment")["spec"]["replicas"], 2);
                 for arg in [
@@ -733,6 +735,62 @@ fn check_generated_webhook(r: &Rendered) {
     assert_eq!(
         r.container()["ports"][1],
         json!({"name": "webhook", "containerPort": 9443, "protocol": "TCP"})
+    );
+}
+
+const WEBHOOK_CERT_MANAGER_OWN_CA: &str = r#"
+webhook:
+  certificate:
+    certManager:
+      enabled: true
+"#;
+
+/// cert-manager without an issuer: a CA of the release's own signs the serving certificate,
+/// and the caBundle is injected from that CA, which the serving certificate's renewals leave
+/// unchanged.
+fn check_cert_manager_own_ca(r: &Rendered) {
+    assert!(!r.has("Secret"), "{:?}", r.kinds());
+    let of = |kind: &str| -> Vec<&Value> { r.0.iter().filter(|d| d["kind"] == kind).collect() };
+    let certs = of("Certificate");
+    let ca = certs
+        .iter()
+        .find(|c| c["spec"]["isCA"] == true)
+        .expect("a CA Certificate");
+    assert_eq!(
+        ca["spec"]["issuerRef"],
+        json!({"name": "pgs-podgroup-sync-webhook-selfsigned", "kind": "Issuer"})
+    );
+    assert_eq!(ca["spec"]["duration"], "87600h");
+    let serving = certs
+        .iter()
+        .find(|c| c["spec"]["isCA"] != true)
+        .expect("a serving Certificate");
+    assert_eq!(
+        serving["spec"]["issuerRef"],
+        json!({"name": "pgs-podgroup-sync-webhook-ca", "kind": "Issuer"})
+    );
+    assert_eq!(
+        serving["spec"]["secretName"],
+        "pgs-podgroup-sync-webhook-tls"
+    );
+    let issuers = of("Issuer");
+    let ca_issuer = issuers
+        .iter()
+        .find(|i| i["metadata"]["name"] == "pgs-podgroup-sync-webhook-ca")
+        .expect("the CA Issuer");
+    assert_eq!(
+        ca_issuer["spec"]["ca"]["secretName"],
+        ca["spec"]["secretName"]
+    );
+    assert!(
+        issuers
+            .iter()
+            .any(|i| i["spec"].get("selfSigned").is_some())
+    );
+    let mwc = r.one("MutatingWebhookConfiguration");
+    assert_eq!(
+        mwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+        "ops/pgs-podgroup-sync-webhook-ca"
     );
 }
 
