@@ -285,6 +285,36 @@ struct WebhookArgs {
         default_value_t = 2000
     )]
     owner_wait_ms: u64,
+    /// Manage the serving certificate in this Secret (NAMESPACE/NAME, which must exist; it may
+    /// be empty) instead of reading --webhook-cert-file: the controller makes a CA of its own
+    /// and a serving certificate for --webhook-cert-hosts, renews each at two thirds of its
+    /// life, and writes the CA into the caBundle of --webhook-configuration. Every replica
+    /// serves what the Secret holds; only the leader writes. Needs neither cert-manager nor a
+    /// chart that looks objects up.
+    #[arg(long = "webhook-cert-secret", env = "PODGROUP_SYNC_WEBHOOK_CERT_SECRET", value_name = "NAMESPACE/NAME", requires_all = ["webhook_configuration", "cert_hosts"])]
+    cert_secret: Option<String>,
+    /// The MutatingWebhookConfiguration whose caBundle --webhook-cert-secret keeps current.
+    #[arg(
+        long = "webhook-configuration",
+        env = "PODGROUP_SYNC_WEBHOOK_CONFIGURATION"
+    )]
+    webhook_configuration: Option<String>,
+    /// The DNS names and IP addresses the managed serving certificate is for (comma-separated;
+    /// the webhook Service's names).
+    #[arg(
+        long = "webhook-cert-hosts",
+        env = "PODGROUP_SYNC_WEBHOOK_CERT_HOSTS",
+        value_delimiter = ','
+    )]
+    cert_hosts: Vec<String>,
+    /// Seconds a managed serving certificate is valid (renewed at two thirds; the CA lives ten
+    /// times as long).
+    #[arg(
+        long = "webhook-cert-validity-seconds",
+        env = "PODGROUP_SYNC_WEBHOOK_CERT_VALIDITY_SECONDS",
+        default_value_t = 31_536_000
+    )]
+    cert_validity_seconds: u64,
 }
 
 #[derive(Args, Debug)]
@@ -580,7 +610,11 @@ async fn controller_main(args: RunArgs) -> Result<(), Box<dyn std::error::Error>
     let settings = settings(&args);
     let (caches_tx, caches_rx) = watch::channel(None);
     if args.webhook.serve {
-        start_webhook(&args.webhook, &settings, caches_rx, &metrics).await?;
+        let certs = Certs {
+            client: client.clone(),
+            fence: fence.clone(),
+        };
+        start_webhook(&args.webhook, &settings, caches_rx, &metrics, certs).await?;
     }
     let events = Events::new(
         client.clone(),
@@ -656,22 +690,50 @@ async fn controller_main(args: RunArgs) -> Result<(), Box<dyn std::error::Error>
 }
 
 /// Binds the webhook's port, starts reading its certificate files and serves it.
+/// What a self-managed certificate needs from the controller.
+struct Certs {
+    client: kube::Client,
+    fence: Arc<api::Fence>,
+}
+
 async fn start_webhook(
     args: &WebhookArgs,
     settings: &Settings,
     caches: watch::Receiver<Option<podgroup_sync::caches::Caches>>,
     metrics: &Metrics,
+    certs: Certs,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let listener = tokio::net::TcpListener::bind(args.addr).await?;
     let tls = Arc::new(webhook::tls::Reloading::default());
-    let files = webhook::tls::CertFiles {
-        cert: args.cert_file.clone(),
-        key: args.key_file.clone(),
-    };
-    tokio::spawn(
-        tls.clone()
-            .watch(files, webhook::tls::TlsMetrics::new(&metrics.registry)),
-    );
+    let tls_metrics = webhook::tls::TlsMetrics::new(&metrics.registry);
+    match &args.cert_secret {
+        Some(secret) => {
+            let (namespace, name) = secret.split_once('/').ok_or_else(|| {
+                format!("--webhook-cert-secret {secret}: expected NAMESPACE/NAME")
+            })?;
+            let managed = webhook::managed::Managed {
+                namespace: namespace.to_string(),
+                secret: name.to_string(),
+                configuration: args.webhook_configuration.clone().unwrap_or_default(),
+                hosts: args.cert_hosts.clone(),
+                validity: Duration::from_secs(args.cert_validity_seconds.max(30)),
+            };
+            tokio::spawn(webhook::managed::run(
+                certs.client,
+                managed,
+                tls.clone(),
+                certs.fence,
+                tls_metrics,
+            ));
+        }
+        None => {
+            let files = webhook::tls::CertFiles {
+                cert: args.cert_file.clone(),
+                key: args.key_file.clone(),
+            };
+            tokio::spawn(tls.clone().watch(files, tls_metrics));
+        }
+    }
     let admission = Arc::new(webhook::Admission {
         caches,
         settings: settings.clone(),

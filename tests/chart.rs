@@ -286,14 +286,24 @@ fn check_invariants(name: &str, r: &Rendered, flags: &BTreeSet<String>) {
     // the webhook's metadata watch reads them).
     if r.has("ClusterRole") {
         let got = triples(&rules_of(r.one("ClusterRole")));
-        assert_eq!(
-            got,
-            expected_cluster_triples(
-                r.has("MutatingWebhookConfiguration"),
-                r.has_arg("--gang-feasibility")
-            ),
-            "{name}: ClusterRole rules"
+        let mut want = expected_cluster_triples(
+            r.has("MutatingWebhookConfiguration"),
+            r.has_arg("--gang-feasibility"),
         );
+        // A certificate the controller manages: its own configuration's caBundle.
+        if r.args()
+            .iter()
+            .any(|a| a.starts_with("--webhook-cert-secret="))
+        {
+            for v in ["get", "update"] {
+                want.insert((
+                    "admissionregistration.k8s.io".into(),
+                    "mutatingwebhookconfigurations".into(),
+                    v.into(),
+                ));
+            }
+        }
+        assert_eq!(got, want, "{name}: ClusterRole rules");
         assert!(!got.iter().any(|(_, res, v)| {
             ["secrets", "configmaps", "*"].contains(&res.as_str())
                 || (res == "pods" && !["list", "watch"].contains(&v.as_str()))
@@ -301,7 +311,7 @@ fn check_invariants(name: &str, r: &Rendered, flags: &BTreeSet<String>) {
         }));
     }
     if r.has("Role") {
-        let role = r.one("Role");
+        let role = r.named("Role", "-leader-election");
         assert_eq!(role["metadata"]["namespace"], NAMESPACE, "{name}");
         let rules = rules_of(role);
         assert_eq!(
@@ -460,6 +470,10 @@ fn lint_and_template_pass_for_every_supported_value_set() {
         ("bring-your-own-rbac", BRING_YOUR_OWN_RBAC),
         ("webhook-cert-manager", WEBHOOK_CERT_MANAGER),
         ("webhook-cert-manager-own-ca", WEBHOOK_CERT_MANAGER_OWN_CA),
+        (
+            "webhook-controller-certificate",
+            WEBHOOK_CONTROLLER_CERTIFICATE,
+        ),
     ];
     for (name, values) in sets {
         lint(name, values).unwrap_or_else(|e| panic!("helm lint --strict, {name}:\n{e}"));
@@ -519,6 +533,7 @@ fn lint_and_template_pass_for_every_supported_value_set() {
             }
             "webhook-cert-manager" => check_cert_manager_webhook(&r),
             "webhook-cert-manager-own-ca" => check_cert_manager_own_ca(&r),
+            "webhook-controller-certificate" => check_controller_certificate(&r, values),
             "volcano-dry-run-ha" => {
                 assert_eq!(r.one("Deployment")["spec"]["replicas"], 2);
                 for arg in [
@@ -736,6 +751,71 @@ fn check_generated_webhook(r: &Rendered) {
         r.container()["ports"][1],
         json!({"name": "webhook", "containerPort": 9443, "protocol": "TCP"})
     );
+}
+
+const WEBHOOK_CONTROLLER_CERTIFICATE: &str = r#"
+webhook:
+  certificate:
+    controller: true
+"#;
+
+/// The certificate the controller manages: an empty Secret it may get and update (by name
+/// only), its configuration without a caBundle (the controller writes it, and may update only
+/// that configuration), nothing mounted, and a rendering that is the same every time (no
+/// generated key, no lookup), so `helm template | kubectl apply` can run again and again.
+fn check_controller_certificate(r: &Rendered, values: &str) {
+    let secret = r.one("Secret");
+    assert_eq!(secret["type"], "Opaque");
+    assert!(secret.get("data").is_none(), "{secret}");
+    let mwc = r.one("MutatingWebhookConfiguration");
+    assert!(mwc["webhooks"][0]["clientConfig"].get("caBundle").is_none());
+    let role = r.named("Role", "-webhook-certificate");
+    assert_eq!(
+        rules_of(role),
+        vec![
+            serde_json::from_value::<PolicyRule>(json!({"apiGroups": [""],
+            "resources": ["secrets"], "resourceNames": ["pgs-podgroup-sync-webhook-tls"],
+            "verbs": ["get", "update"]}))
+            .unwrap()
+        ]
+    );
+    let cluster_rules = rules_of(r.one("ClusterRole"));
+    let mwc_rule = cluster_rules
+        .iter()
+        .find(|r| {
+            r.resources
+                .iter()
+                .flatten()
+                .any(|x| x == "mutatingwebhookconfigurations")
+        })
+        .expect("a rule for the configuration");
+    assert_eq!(
+        mwc_rule.resource_names.as_deref(),
+        Some(&["pgs-podgroup-sync".to_string()][..])
+    );
+    assert!(
+        r.has_arg("--webhook-cert-secret=ops/pgs-podgroup-sync-webhook-tls"),
+        "{:?}",
+        r.args()
+    );
+    assert!(
+        r.has_arg("--webhook-configuration=pgs-podgroup-sync"),
+        "{:?}",
+        r.args()
+    );
+    assert!(
+        r.has_arg("--webhook-cert-hosts=pgs-podgroup-sync-webhook,pgs-podgroup-sync-webhook.ops,pgs-podgroup-sync-webhook.ops.svc,pgs-podgroup-sync-webhook.ops.svc.cluster.local"),
+        "{:?}",
+        r.args()
+    );
+    assert!(
+        !r.args()
+            .iter()
+            .any(|a| a.starts_with("--webhook-cert-file"))
+    );
+    assert!(r.pod().get("volumes").is_none(), "nothing mounted");
+    let again = template("webhook-controller-certificate", values).unwrap();
+    assert_eq!(again.0, r.0, "two renderings differ");
 }
 
 const WEBHOOK_CERT_MANAGER_OWN_CA: &str = r#"
@@ -1596,4 +1676,101 @@ async fn removing_any_single_rule_makes_the_controller_name_the_missing_permissi
         "{}\n\nall removals:\n{report}",
         failures.join("\n")
     );
+}
+
+/// `helm template | kubectl apply`, twice, with the certificate the controller manages: the
+/// second apply leaves the Secret's data and the caBundle the controller wrote as they were,
+/// and the webhook keeps answering with a certificate that caBundle trusts.
+#[tokio::test]
+async fn a_controller_managed_certificate_survives_the_rendering_applied_twice() {
+    use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+    use k8s_openapi::api::core::v1::Secret;
+    let cluster = support::cluster().await;
+    let client = cluster.client().await;
+    let ns = support::test_namespace(&client, "chart-cert", &[]).await;
+    let out = run_helm(&[
+        "template",
+        "cert-twice",
+        &chart_dir().display().to_string(),
+        "--namespace",
+        &ns,
+        "--set",
+        "webhook.certificate.controller=true",
+    ]);
+    assert!(out.status.success(), "{}", helm_stderr(&out));
+    let rendered = std::env::temp_dir().join(format!("cert-twice-{ns}.yaml"));
+    std::fs::write(&rendered, &out.stdout).unwrap();
+    let apply = || cluster.kubectl_ok(&["apply", "-f", &rendered.display().to_string()]);
+    apply();
+    let (secret, config) = (
+        "cert-twice-podgroup-sync-webhook-tls",
+        "cert-twice-podgroup-sync",
+    );
+    let port = controller::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let secret_arg = format!("{ns}/{secret}");
+    let args = [
+        "--webhook",
+        "--webhook-addr",
+        &addr,
+        "--webhook-cert-secret",
+        &secret_arg,
+        "--webhook-configuration",
+        config,
+        "--webhook-cert-hosts",
+        "127.0.0.1",
+        "--annotation-key",
+        "podgroup-sync.test/cert-twice",
+    ];
+    let mut c = controller::start(cluster, None, &args);
+    let configs: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let state = || async {
+        let bundle = configs.get(config).await.ok()?.webhooks?[0]
+            .client_config
+            .ca_bundle
+            .clone()?;
+        let data = secrets.get(secret).await.ok()?.data?;
+        (!bundle.0.is_empty()).then_some((bundle.0, data))
+    };
+    let first = support::wait_for(
+        "the caBundle and the Secret written",
+        Duration::from_secs(30),
+        || async { state().await },
+    )
+    .await;
+    apply();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let second = state().await.expect("still there");
+    assert_eq!(
+        second, first,
+        "the second apply changed what the controller wrote"
+    );
+    // The webhook answers with a certificate the caBundle trusts.
+    let ca = std::env::temp_dir().join(format!("cert-twice-{ns}-ca.crt"));
+    std::fs::write(&ca, &first.0).unwrap();
+    let code = support::stdout_of(
+        Command::new("curl")
+            .args([
+                "-sS",
+                "--max-time",
+                "10",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--cacert",
+            ])
+            .arg(&ca)
+            .arg(format!("https://127.0.0.1:{port}/healthz")),
+    );
+    assert_eq!(String::from_utf8_lossy(&code), "200");
+    c.stop();
+    // The configuration selects every namespace: remove it, and the release's cluster objects.
+    cluster.kubectl(&[
+        "delete",
+        "--wait=false",
+        "-f",
+        &rendered.display().to_string(),
+    ]);
 }

@@ -426,6 +426,111 @@ async fn rule_8_a_certificate_rotated_on_disk_is_served_without_restart() {
     c.stop();
 }
 
+/// The certificate the controller manages itself (`--webhook-cert-secret`): made in an empty
+/// Secret, its CA written into the configuration's caBundle, renewed at two thirds of its life
+/// (30 s here) while a pod is created every 100 ms — not one of them unlinked — and the caBundle
+/// unchanged by the renewal.
+#[tokio::test]
+async fn rule_8_a_certificate_the_controller_manages_is_renewed_with_no_pod_left_unlinked() {
+    use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+    use k8s_openapi::api::core::v1::Secret;
+    const CONFIG: &str = "pgs-webhook-managed";
+    let cluster = support::cluster().await;
+    let client = cluster.client().await;
+    let secret_ns = support::test_namespace(&client, "managed-cert", &[]).await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &secret_ns);
+    let empty: Secret =
+        serde_json::from_value(json!({"metadata": {"name": "webhook-tls"}})).unwrap();
+    secrets
+        .create(&PostParams::default(), &empty)
+        .await
+        .expect("Secret");
+    let port = controller::free_port();
+    let secret_arg = format!("{secret_ns}/webhook-tls");
+    let addr = format!("127.0.0.1:{port}");
+    let args = [
+        "--webhook",
+        "--webhook-addr",
+        &addr,
+        "--webhook-cert-secret",
+        &secret_arg,
+        "--webhook-configuration",
+        CONFIG,
+        "--webhook-cert-hosts",
+        "127.0.0.1,localhost",
+        "--webhook-cert-validity-seconds",
+        "30",
+        "--annotation-key",
+        "podgroup-sync.test/managed",
+    ];
+    let mut c = controller::start(cluster, None, &args);
+    // Registered with no caBundle: the controller writes it.
+    wh::register(&client, &wh::configuration(CONFIG, port, "")).await;
+    let configs: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let bundle = || async {
+        let config = configs.get(CONFIG).await.ok()?;
+        let b = config.webhooks?.first()?.client_config.ca_bundle.clone()?;
+        (!b.0.is_empty()).then_some(b.0)
+    };
+    let first_bundle =
+        support::wait_for("the caBundle written", Duration::from_secs(30), || async {
+            bundle().await
+        })
+        .await;
+    assert!(String::from_utf8_lossy(&first_bundle).contains("BEGIN CERTIFICATE"));
+    let ns = namespace(
+        &client,
+        CONFIG,
+        &[("podgroup-sync.test/managed", "true"), ENABLED],
+    )
+    .await;
+    let job = unlinked_job(&client, &ns, Kind::PyTorchJob, "managed").await;
+    // 25 s of pods, one every 100 ms, across the renewal at 20 s.
+    let start = Instant::now();
+    let (mut pods, mut unlinked) = (0, Vec::new());
+    while start.elapsed() < Duration::from_secs(25) {
+        let pod = operator_creates_pod(&client, &ns, Kind::PyTorchJob, &job, "Worker").await;
+        pods += 1;
+        if link_of(&pod, Backend::SchedulerPlugins).0.as_deref() != Some("managed") {
+            unlinked.push(pod.name_any());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let reloads = c.metric(
+        "podgroup_sync_webhook_certificate_reloads_total",
+        &[("result", "ok")],
+    );
+    println!(
+        "figure: managed certificate: {pods} pods over 25 s, {} unlinked; {reloads} certificates served (first + renewals)",
+        unlinked.len()
+    );
+    assert!(
+        unlinked.is_empty(),
+        "unlinked: {unlinked:?}\n{}",
+        c.log_tail()
+    );
+    assert!(
+        reloads >= 2.0,
+        "no renewal served: {reloads}\n{}",
+        c.log_tail()
+    );
+    assert_eq!(
+        bundle().await,
+        Some(first_bundle),
+        "the renewal left the caBundle alone"
+    );
+    let stored = secrets
+        .get("webhook-tls")
+        .await
+        .unwrap()
+        .data
+        .unwrap_or_default();
+    for key in ["ca.crt", "ca.key", "tls.crt", "tls.key"] {
+        assert!(stored.contains_key(key), "{key} in the Secret");
+    }
+    c.stop();
+}
+
 #[tokio::test]
 async fn rule_8_with_the_webhook_stopped_pods_are_created_and_the_job_is_told() {
     const CONFIG: &str = "pgs-webhook-stopped";

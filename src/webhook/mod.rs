@@ -3,7 +3,9 @@
 //! AdmissionReview format, [`admit`] answers one review, [`link`] is the decision (pure).
 
 pub mod admit;
+pub mod certs;
 pub mod link;
+pub mod managed;
 pub mod review;
 pub mod tls;
 

@@ -37,6 +37,11 @@ impl ResolvesServerCert for Reloading {
 }
 
 impl Reloading {
+    /// Serves `key` from now on.
+    pub fn serve(&self, key: CertifiedKey) {
+        *self.current.write().expect("lock") = Some(Arc::new(key));
+    }
+
     pub fn loaded(&self) -> bool {
         self.current.read().expect("lock").is_some()
     }
@@ -160,6 +165,11 @@ fn tlv(der: &[u8]) -> Option<(u8, &[u8], &[u8])> {
 
 /// The `notAfter` of an X.509 certificate (DER), in Unix seconds.
 pub fn not_after(cert: &[u8]) -> Option<i64> {
+    validity(cert).map(|(_, to)| to)
+}
+
+/// The `notBefore` and `notAfter` of an X.509 certificate (DER), in Unix seconds.
+pub fn validity(cert: &[u8]) -> Option<(i64, i64)> {
     let (0x30, cert, _) = tlv(cert)? else {
         return None;
     };
@@ -175,9 +185,9 @@ pub fn not_after(cert: &[u8]) -> Option<i64> {
     let (0x30, validity, _) = tlv(rest)? else {
         return None;
     };
-    let (_, _, after_not_before) = tlv(validity)?;
-    let (tag, time, _) = tlv(after_not_before)?;
-    asn1_time(tag, time)
+    let (from_tag, from, rest) = tlv(validity)?;
+    let (to_tag, to, _) = tlv(rest)?;
+    Some((asn1_time(from_tag, from)?, asn1_time(to_tag, to)?))
 }
 
 /// A UTCTime (`YYMMDDHHMMSSZ`) or GeneralizedTime (`YYYYMMDDHHMMSSZ`) in Unix seconds.

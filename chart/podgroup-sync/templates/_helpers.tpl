@@ -107,6 +107,14 @@ are only listed and watched (by caches), never fetched one by one, so "get" is n
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["list", "create", "patch"]
+{{- if and .Values.webhook.enabled .Values.webhook.certificate.controller }}
+# With webhook.certificate.controller: the caBundle of its own webhook configuration, which it
+# writes when it makes or renews its CA.
+- apiGroups: ["admissionregistration.k8s.io"]
+  resources: ["mutatingwebhookconfigurations"]
+  resourceNames: [{{ include "podgroup-sync.fullname" . | quote }}]
+  verbs: ["get", "update"]
+{{- end }}
 {{- if .Values.controller.gangFeasibility }}
 # With the feasibility check: Nodes (allocatable, taints, unschedulable are kept) and Volcano
 # Queues (their state is kept), to report gangs that can never be placed. Never written.
