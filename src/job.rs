@@ -195,6 +195,9 @@ pub fn finished(status: Option<&Value>) -> bool {
     })
 }
 
+/// The label the Kubeflow operators put on every pod they create, naming its job.
+pub const JOB_NAME_LABEL: &str = "training.kubeflow.org/job-name";
+
 /// Normalises a job object (as JSON: `metadata`, `spec`, `status`) of the given kind.
 pub fn normalize(kind: &'static JobKind, obj: &Value) -> Result<Job, InvalidJob> {
     let meta = obj

@@ -26,6 +26,7 @@ use crate::job::{self, InvalidJob, Job, JobKind};
 use crate::reconcile::{FIELD_MANAGER, ResizePolicy, Settings};
 use crate::refusal::Refusal;
 use crate::resources::AdmissionDefaults;
+pub use crate::target::PodGroups;
 use crate::target::{Around, NoPodGroup, Target, target};
 
 /// A resourceVersion no PodGroup can have (etcd's first revision belongs to the API server's own
@@ -35,15 +36,6 @@ use crate::target::{Around, NoPodGroup, Target, target};
 pub const CREATE_ONLY: &str = "1";
 
 /// The cached PodGroups, as the planner sees them.
-pub trait PodGroups {
-    /// Whether the backend's CRD is served and its PodGroups are cached.
-    fn served(&self, backend: BackendKind) -> bool;
-    /// The cached PodGroup of that backend, namespace and name.
-    fn get(&self, backend: BackendKind, namespace: &str, name: &str) -> Option<Arc<DynamicObject>>;
-    /// The cached PodGroups whose controller is the job with this UID.
-    fn controlled_by(&self, uid: &str) -> Vec<(BackendKind, Arc<DynamicObject>)>;
-}
-
 /// Everything a reconcile decides from, read from the caches by the caller.
 pub struct Input<'a> {
     pub kind: &'static JobKind,
@@ -288,7 +280,9 @@ pub fn plan(input: &Input) -> Plan {
         priorities: input.priorities,
         defaults: input.defaults,
         pod_groups: input.pod_groups,
-        settings: input.settings,
+        enablement: &input.settings.enablement,
+        backend_options: &input.settings.backend_options,
+        keep_finished: input.settings.keep_finished,
     };
     match target(&job, &around) {
         Ok(t) => plan_active(input, mode, &job, t),
@@ -389,7 +383,7 @@ fn unlinked_pods(input: &Input, mode: Mode, job: &Job, name: &str) -> Option<(St
         format!(
             "pods of this job were created without the link to PodGroup {name} and run outside the gang (the Event's count is how many); the pod-link webhook did not admit them (it was stopped or unreachable, or the job was not in its cache yet). Delete them and the operator recreates them linked: kubectl get pods -n {ns} -l {label}={job} lists the job's pods, and those without the link are the ones",
             ns = job.namespace,
-            label = crate::webhook::link::JOB_NAME_LABEL,
+            label = crate::job::JOB_NAME_LABEL,
             job = job.name,
         ),
         pods as u32,

@@ -5,13 +5,25 @@
 
 use std::collections::BTreeMap;
 
-use crate::backend::{self, BackendKind};
-use crate::enablement::UnknownBackend;
+use std::sync::Arc;
+
+use kube::api::DynamicObject;
+
+use crate::backend::{self, BackendKind, BackendOptions};
+use crate::enablement::{Enablement, UnknownBackend};
 use crate::gang::{self, Gang, Priorities};
 use crate::job::{InvalidJob, Job};
-use crate::plan::PodGroups;
-use crate::reconcile::Settings;
 use crate::resources::AdmissionDefaults;
+
+/// The PodGroup caches, as the planner and the webhook see them.
+pub trait PodGroups {
+    /// Whether the backend's CRD is served and its PodGroups are cached.
+    fn served(&self, backend: BackendKind) -> bool;
+    /// The cached PodGroup of that backend, namespace and name.
+    fn get(&self, backend: BackendKind, namespace: &str, name: &str) -> Option<Arc<DynamicObject>>;
+    /// The cached PodGroups whose controller is the job with this UID.
+    fn controlled_by(&self, uid: &str) -> Vec<(BackendKind, Arc<DynamicObject>)>;
+}
 
 /// What the decision reads besides the job.
 pub struct Around<'a> {
@@ -20,7 +32,10 @@ pub struct Around<'a> {
     pub priorities: &'a Priorities,
     pub defaults: &'a Result<AdmissionDefaults, InvalidJob>,
     pub pod_groups: &'a dyn PodGroups,
-    pub settings: &'a Settings,
+    pub enablement: &'a Enablement,
+    pub backend_options: &'a BackendOptions,
+    /// `--keep-finished`: a finished job keeps its PodGroup.
+    pub keep_finished: bool,
 }
 
 /// The PodGroup an active job gets.
@@ -52,14 +67,13 @@ pub enum NoPodGroup {
 
 /// The PodGroup `job` gets, or why it gets none; checked in the order the planner reports them.
 pub fn target(job: &Job, around: &Around) -> Result<Target, NoPodGroup> {
-    let settings = around.settings;
-    if settings.enablement.job_opted_out(job) {
+    if around.enablement.job_opted_out(job) {
         return Err(NoPodGroup::OptedOut);
     }
     if job.managed_elsewhere() {
         return Err(NoPodGroup::ManagedElsewhere);
     }
-    if job.finished && !settings.keep_finished {
+    if job.finished && !around.keep_finished {
         return Err(NoPodGroup::Finished);
     }
     if job.suspended() {
@@ -70,10 +84,9 @@ pub fn target(job: &Job, around: &Around) -> Result<Target, NoPodGroup> {
         .clone()
         .and_then(|defaults| gang::compute(job, around.priorities, &defaults))
         .map_err(NoPodGroup::Invalid)?;
-    let opts = &settings.backend_options;
-    let (backend_kind, _) = settings
+    let (backend_kind, _) = around
         .enablement
-        .backend(job, around.namespace_annotations, opts)
+        .backend(job, around.namespace_annotations, around.backend_options)
         .map_err(NoPodGroup::UnknownBackend)?;
     if !around.pod_groups.served(backend_kind) {
         return Err(NoPodGroup::NotServed(backend_kind));

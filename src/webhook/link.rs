@@ -21,7 +21,7 @@ use crate::target::{Around, NoPodGroup, target};
 
 /// Labels the Kubeflow operators put on every pod they create (training-operator and
 /// mpi-operator alike); the webhook's objectSelector requires the job-name one.
-pub const JOB_NAME_LABEL: &str = "training.kubeflow.org/job-name";
+pub use crate::job::JOB_NAME_LABEL;
 pub const OPERATOR_NAME_LABEL: &str = "training.kubeflow.org/operator-name";
 pub const JOB_ROLE_LABEL: &str = "training.kubeflow.org/job-role";
 pub const REPLICA_TYPE_LABEL: &str = "training.kubeflow.org/replica-type";
@@ -276,7 +276,9 @@ pub fn decide(pod: &PodView, owner: &Owner, job: &DynamicObject, ctx: &Context) 
         priorities: ctx.priorities,
         defaults: ctx.defaults,
         pod_groups: ctx.pod_groups,
-        settings,
+        enablement: &settings.enablement,
+        backend_options: &settings.backend_options,
+        keep_finished: settings.keep_finished,
     };
     // The planner's own decision: the pod is linked only to the PodGroup the planner writes.
     let (backend_kind, name) = match target(&job, &around) {
