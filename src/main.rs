@@ -570,7 +570,11 @@ fn spawn_leader_gauge(mut leading: watch::Receiver<bool>, metrics: Arc<Metrics>)
     });
 }
 
-async fn controller_main(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
+/// The settings checked before anything starts: the Lease (if leader election is on) and the
+/// write fence that goes with it.
+fn checked_lease(
+    args: &RunArgs,
+) -> Result<(Option<LeaseConfig>, Arc<api::Fence>), Box<dyn std::error::Error>> {
     let instance = &args.backend.instance;
     if !podgroup_sync::backend::valid_label_value(instance) {
         return Err(format!("--instance {instance:?} is not a valid label value").into());
@@ -584,6 +588,11 @@ async fn controller_main(args: RunArgs) -> Result<(), Box<dyn std::error::Error>
     } else {
         api::Fence::open()
     };
+    Ok((lease, fence))
+}
+
+async fn controller_main(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let (lease, fence) = checked_lease(&args)?;
     let metrics = Arc::new(Metrics::new());
     let deadlines = api::Deadlines {
         timeout: Duration::from_secs(args.api_timeout_seconds.max(1)),
@@ -664,38 +673,44 @@ async fn controller_main(args: RunArgs) -> Result<(), Box<dyn std::error::Error>
             caches: caches_tx,
         },
     );
-    match election {
-        None => {
-            drop(release_tx);
-            run.await?
-        }
-        Some(mut election) => {
-            tokio::select! {
-                r = run => {
-                    r?;
-                    // The controllers stopped after their in-flight reconciles: hand over now.
-                    let _ = release_tx.send(true);
-                    election.await?;
-                }
-                r = &mut election => {
-                    // The election ends only on shutdown, after the controllers: a task that
-                    // died. Stop at once (its fence stays closed, so nothing writes).
-                    r?;
-                    return Err("leader election ended".into());
-                }
-            }
-        }
-    }
-    Ok(())
+    until_stopped(run, election, release_tx).await
 }
 
-/// Binds the webhook's port, starts reading its certificate files and serves it.
+/// Runs the controllers until they stop, then hands the Lease over; an election task that ends
+/// first (it ends only on shutdown, after the controllers) stops the process at once — its
+/// fence stays closed, so nothing writes.
+async fn until_stopped(
+    run: impl std::future::Future<Output = Result<(), controller::RunError>>,
+    election: Option<tokio::task::JoinHandle<()>>,
+    release_tx: watch::Sender<bool>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let Some(mut election) = election else {
+        drop(release_tx);
+        return Ok(run.await?);
+    };
+    tokio::select! {
+        r = run => {
+            r?;
+            // The controllers stopped after their in-flight reconciles: hand over now.
+            let _ = release_tx.send(true);
+            election.await?;
+            Ok(())
+        }
+        r = &mut election => {
+            r?;
+            Err("leader election ended".into())
+        }
+    }
+}
+
 /// What a self-managed certificate needs from the controller.
 struct Certs {
     client: kube::Client,
     fence: Arc<api::Fence>,
 }
 
+/// Binds the webhook's port, starts reading its certificate (files or the managed Secret) and
+/// serves it.
 async fn start_webhook(
     args: &WebhookArgs,
     settings: &Settings,
