@@ -96,7 +96,7 @@ async fn handle(
 /// connections; a flood of idle ones is closed within seconds and never starves them.
 pub const BOUNDS: Bounds = Bounds {
     max_connections: 256,
-    idle_timeout: Duration::from_secs(30),
+    idle_timeout: Duration::from_secs(15),
     overflow_timeout: Duration::from_secs(2),
 };
 

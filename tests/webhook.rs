@@ -428,7 +428,7 @@ async fn rule_8_a_certificate_rotated_on_disk_is_served_without_restart() {
 
 /// The certificate the controller manages itself (`--webhook-cert-secret`): made in an empty
 /// Secret, its CA written into the configuration's caBundle, renewed at two thirds of its life
-/// (30 s here) while a pod is created every 100 ms — not one of them unlinked — and the caBundle
+/// (30 s here, the shortest allowed) while a pod is created every 100 ms — not one of them unlinked — and the caBundle
 /// unchanged by the renewal.
 #[tokio::test]
 async fn rule_8_a_certificate_the_controller_manages_is_renewed_with_no_pod_left_unlinked() {
