@@ -1707,21 +1707,13 @@ async fn a_controller_managed_certificate_survives_the_rendering_applied_twice()
         "cert-twice-podgroup-sync",
     );
     let port = controller::free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let secret_arg = format!("{ns}/{secret}");
-    let args = [
-        "--webhook",
-        "--webhook-addr",
-        &addr,
-        "--webhook-cert-secret",
-        &secret_arg,
-        "--webhook-configuration",
-        config,
-        "--webhook-cert-hosts",
-        "127.0.0.1",
-        "--annotation-key",
-        "podgroup-sync.test/cert-twice",
-    ];
+    let mut args =
+        support::webhook::managed_args(port, &format!("{ns}/{secret}"), config, "127.0.0.1");
+    args.extend([
+        "--annotation-key".into(),
+        "podgroup-sync.test/cert-twice".into(),
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut c = controller::start(cluster, None, &args);
     let configs: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);

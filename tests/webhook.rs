@@ -446,23 +446,18 @@ async fn rule_8_a_certificate_the_controller_manages_is_renewed_with_no_pod_left
         .await
         .expect("Secret");
     let port = controller::free_port();
-    let secret_arg = format!("{secret_ns}/webhook-tls");
-    let addr = format!("127.0.0.1:{port}");
-    let args = [
-        "--webhook",
-        "--webhook-addr",
-        &addr,
-        "--webhook-cert-secret",
-        &secret_arg,
-        "--webhook-configuration",
-        CONFIG,
-        "--webhook-cert-hosts",
-        "127.0.0.1,localhost",
-        "--webhook-cert-validity-seconds",
-        "30",
-        "--annotation-key",
-        "podgroup-sync.test/managed",
-    ];
+    let secret = format!("{secret_ns}/webhook-tls");
+    let mut args = wh::managed_args(port, &secret, CONFIG, "127.0.0.1,localhost");
+    args.extend(
+        [
+            "--webhook-cert-validity-seconds",
+            "30",
+            "--annotation-key",
+            "podgroup-sync.test/managed",
+        ]
+        .map(String::from),
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut c = controller::start(cluster, None, &args);
     // Registered with no caBundle: the controller writes it.
     wh::register(&client, &wh::configuration(CONFIG, port, "")).await;

@@ -96,6 +96,25 @@ pub fn args(port: u16, certs: &Certs) -> Vec<String> {
     ]
 }
 
+/// The controller flags that serve the webhook on `port` with the certificate it manages in
+/// Secret `secret` (NAMESPACE/NAME) for `hosts`, writing the caBundle of `configuration`.
+pub fn managed_args(port: u16, secret: &str, configuration: &str, hosts: &str) -> Vec<String> {
+    [
+        "--webhook",
+        "--webhook-addr",
+        &format!("127.0.0.1:{port}"),
+        "--webhook-cert-secret",
+        secret,
+        "--webhook-configuration",
+        configuration,
+        "--webhook-cert-hosts",
+        hosts,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
 /// The configuration the chart renders, reaching the webhook by URL on loopback: Pod CREATE,
 /// failurePolicy Ignore, only pods with the operators' job-name label, and only namespaces
 /// labelled `podgroup-sync.test/webhook=<name>` (tests of one binary share a control plane).
