@@ -278,8 +278,10 @@ pub async fn run(
         ctx_settings.feasibility,
     );
     // The first discovery and the list of earlier Events read no cache: they run while the
-    // caches list, not after.
-    let reads = first_reads(&client, shutdown.clone());
+    // caches list, not after. A candidate not leading yet reads the Events when it takes the
+    // lead (`spawn_leader_trigger`): reading them now as well would be done twice.
+    let read_events = *leading.borrow();
+    let reads = first_reads(&client, read_events, shutdown.clone());
     let (synced, early) = tokio::join!(context.wait_synced(&mut shutdown), reads);
     let (Some((caches, mut tasks)), Some((first_discovery, published))) = (synced?, early) else {
         return Ok(());
@@ -293,28 +295,10 @@ pub async fn run(
         leading.clone(),
         in_flight,
     ));
-    if ctx_settings.webhook {
-        tasks.push(crate::unlinked::spawn(
-            client.clone(),
-            caches.unlinked.clone(),
-            triggers.clone(),
-            liveness.probe("pods"),
-            metrics.clone(),
-        ));
-    }
     let _ = caches_out.send(Some(caches.clone()));
     remember_published_events(&ctx, published);
-    tasks.push(spawn_leader_trigger(
-        leading,
-        triggers.clone(),
-        client.clone(),
-        ctx.clone(),
-    ));
-    tasks.push(spawn_resync(triggers.clone()));
-    tasks.extend(crate::health::auditor::spawn(
-        ctx.clone(),
-        readiness.clone(),
-        shutdown.clone(),
+    tasks.extend(spawn_side_tasks(
+        &ctx, &client, &triggers, leading, &readiness, &liveness, &shutdown,
     ));
 
     let mut running = Running::new(
@@ -368,6 +352,42 @@ pub async fn run(
     Ok(())
 }
 
+/// The tasks beside the job controllers: the unlinked-pod watch (with the webhook), the leader
+/// trigger, the hourly resync and the stale-PodGroup audit.
+fn spawn_side_tasks(
+    ctx: &Arc<Context>,
+    client: &Client,
+    triggers: &broadcast::Sender<Trigger>,
+    leading: watch::Receiver<bool>,
+    readiness: &Readiness,
+    liveness: &Liveness,
+    shutdown: &watch::Receiver<bool>,
+) -> Vec<JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    if ctx.settings.webhook {
+        tasks.push(crate::unlinked::spawn(
+            client.clone(),
+            ctx.caches.unlinked.clone(),
+            triggers.clone(),
+            liveness.probe("pods"),
+            ctx.metrics.clone(),
+        ));
+    }
+    tasks.push(spawn_leader_trigger(
+        leading,
+        triggers.clone(),
+        client.clone(),
+        ctx.clone(),
+    ));
+    tasks.push(spawn_resync(triggers.clone()));
+    tasks.extend(crate::health::auditor::spawn(
+        ctx.clone(),
+        readiness.clone(),
+        shutdown.clone(),
+    ));
+    tasks
+}
+
 /// How often every job is looked at again, changed or not (Events muted for an hour are
 /// published again then, and anything a watch missed is caught).
 pub const RESYNC: Duration = Duration::from_secs(3600);
@@ -403,16 +423,25 @@ fn spawn_leader_trigger(
     })
 }
 
-/// The first discovery and the Events an earlier instance published; `None` on shutdown.
+/// The first discovery and (with `events`) the Events an earlier instance published; `None` on
+/// shutdown.
 async fn first_reads(
     client: &Client,
+    events: bool,
     mut shutdown: watch::Receiver<bool>,
 ) -> Option<(
     Result<crate::discovery::Served, kube::Error>,
     Option<Vec<k8s_openapi::api::events::v1::Event>>,
 )> {
+    let published = async {
+        if events {
+            published_events(client).await
+        } else {
+            None
+        }
+    };
     tokio::select! {
-        r = futures::future::join(discover(client), published_events(client)) => Some(r),
+        r = futures::future::join(discover(client), published) => Some(r),
         _ = shutdown.wait_for(|stop| *stop) => None,
     }
 }

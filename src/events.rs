@@ -258,7 +258,7 @@ impl Events {
         let reason = reason.as_str();
         match result {
             Ok(published) => {
-                self.seen.lock().expect("lock").insert(key, published);
+                keep(&mut self.seen.lock().expect("lock"), key, published);
                 self.metrics
                     .events
                     .with_label_values(&[type_, reason])
@@ -268,16 +268,14 @@ impl Events {
             Err(kube::Error::Api(status)) if refused(status.code) => {
                 // Retrying cannot help: say so once, and not again within the window.
                 let namespace = regarding.namespace.clone().unwrap_or_default();
-                self.seen.lock().expect("lock").insert(
-                    key,
-                    Published {
-                        name: String::new(),
-                        namespace: namespace.clone(),
-                        count: i32::MAX,
-                        at: Instant::now(),
-                        stale: false,
-                    },
-                );
+                let marker = Published {
+                    name: String::new(),
+                    namespace: namespace.clone(),
+                    count: i32::MAX,
+                    at: Instant::now(),
+                    stale: false,
+                };
+                keep(&mut self.seen.lock().expect("lock"), key, marker);
                 self.metrics
                     .events_failed
                     .with_label_values(&[reason, "refused"])
@@ -368,9 +366,6 @@ impl Events {
     /// updates the same Event object.
     pub fn remember(&self, events: impl IntoIterator<Item = Event>) {
         let mut seen = self.seen.lock().expect("lock");
-        if seen.len() > 50_000 {
-            seen.retain(|_, p| p.at.elapsed() < DEDUP_WINDOW);
-        }
         for e in events {
             let (Some(uid), Some(reason), Some(name), Some(namespace)) = (
                 e.regarding.and_then(|r| r.uid),
@@ -384,16 +379,14 @@ impl Events {
             let key = (uid, reason, e.note.unwrap_or_default());
             let newer = seen.get(&key).is_none_or(|p| p.count <= count);
             if newer {
-                seen.insert(
-                    key,
-                    Published {
-                        name,
-                        namespace,
-                        count,
-                        at: Instant::now(),
-                        stale: false,
-                    },
-                );
+                let p = Published {
+                    name,
+                    namespace,
+                    count,
+                    at: Instant::now(),
+                    stale: false,
+                };
+                keep(&mut seen, key, p);
             }
         }
     }
@@ -415,6 +408,15 @@ impl Events {
             .expect("lock")
             .retain(|(u, _, _), _| u != uid);
     }
+}
+
+/// Remembers a published Event; past 50,000 remembered, those older than the window go first
+/// (a deleted job's go with it: `Events::forget_object`).
+fn keep(seen: &mut HashMap<Key, Published>, key: Key, published: Published) {
+    if seen.len() > 50_000 {
+        seen.retain(|_, p| p.at.elapsed() < DEDUP_WINDOW);
+    }
+    seen.insert(key, published);
 }
 
 /// A status the API server gives for a request that will never succeed as it is.
