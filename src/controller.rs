@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::{
@@ -24,7 +24,7 @@ use crate::discovery::{discover, discovery_retry};
 use crate::enablement::Mode;
 use crate::events::Events;
 use crate::health::capacity::CapacityCaches;
-use crate::liveness::Liveness;
+use crate::liveness::{Liveness, Readiness};
 use crate::reconcile::{self, Context};
 use crate::running::Running;
 use crate::trigger::Trigger;
@@ -35,39 +35,6 @@ use crate::watch::spawn_context_cache;
 pub struct RuntimeSettings {
     pub concurrency: u16,
     pub discovery_interval: Duration,
-}
-
-/// Readiness: true once discovery ran and every cache — jobs of each watched kind included —
-/// is fresh (synced, not relisting, not failing).
-#[derive(Clone, Default)]
-pub struct Readiness {
-    discovered: Arc<AtomicBool>,
-    liveness: Liveness,
-}
-
-impl Readiness {
-    pub fn is_ready(&self) -> bool {
-        self.not_ready().is_empty()
-    }
-
-    /// Why this instance is not ready; empty when it is.
-    pub fn not_ready(&self) -> Vec<String> {
-        let mut why = Vec::new();
-        if !self.discovered.load(Ordering::Relaxed) {
-            why.push("CRD discovery has not run".to_string());
-        }
-        why.extend(self.liveness.stale());
-        why
-    }
-
-    /// The probes of every watch (for liveness).
-    pub fn liveness(&self) -> &Liveness {
-        &self.liveness
-    }
-
-    fn set(&self, v: bool) {
-        self.discovered.store(v, Ordering::Relaxed)
-    }
 }
 
 /// How the runtime talks to the rest of the process.
@@ -281,7 +248,8 @@ pub async fn run(
     // caches list, not after. A candidate not leading yet reads the Events when it takes the
     // lead (`spawn_leader_trigger`): reading them now as well would be done twice.
     let read_events = *leading.borrow();
-    let reads = first_reads(&client, read_events, shutdown.clone());
+    let kinds = ctx_settings.watched_kinds();
+    let reads = first_reads(&client, &kinds, read_events, shutdown.clone());
     let (synced, early) = tokio::join!(context.wait_synced(&mut shutdown), reads);
     let (Some((caches, mut tasks)), Some((first_discovery, published))) = (synced?, early) else {
         return Ok(());
@@ -317,7 +285,7 @@ pub async fn run(
         let mut wait = rt.discovery_interval;
         let discovered = match first_discovery.take() {
             Some(d) => d,
-            None => discover(&client).await,
+            None => discover(&client, &ctx.settings.watched_kinds()).await,
         };
         match discovered {
             Ok(served) => {
@@ -365,13 +333,16 @@ fn spawn_side_tasks(
 ) -> Vec<JoinHandle<()>> {
     let mut tasks = Vec::new();
     if ctx.settings.webhook {
-        tasks.push(crate::unlinked::spawn(
-            client.clone(),
-            ctx.caches.unlinked.clone(),
-            triggers.clone(),
-            liveness.probe("pods"),
-            ctx.metrics.clone(),
-        ));
+        for label in crate::unlinked::pod_labels(&ctx.settings.watched_kinds()) {
+            tasks.push(crate::unlinked::spawn(
+                client.clone(),
+                label,
+                ctx.caches.unlinked.clone(),
+                triggers.clone(),
+                liveness.probe(crate::unlinked::probe_name(label)),
+                ctx.metrics.clone(),
+            ));
+        }
     }
     tasks.push(spawn_leader_trigger(
         leading,
@@ -427,6 +398,7 @@ fn spawn_leader_trigger(
 /// shutdown.
 async fn first_reads(
     client: &Client,
+    kinds: &[&'static crate::workload::JobKind],
     events: bool,
     mut shutdown: watch::Receiver<bool>,
 ) -> Option<(
@@ -441,7 +413,7 @@ async fn first_reads(
         }
     };
     tokio::select! {
-        r = futures::future::join(discover(client), published) => Some(r),
+        r = futures::future::join(discover(client, kinds), published) => Some(r),
         _ = shutdown.wait_for(|stop| *stop) => None,
     }
 }
@@ -477,12 +449,13 @@ fn remember_published_events(
 fn refresh_gauges(
     metrics: &crate::metrics::Metrics,
     caches: &Caches,
-    settings: &crate::reconcile::Settings,
+    settings: &crate::settings::Settings,
     readiness: &Readiness,
 ) {
     update_namespace_gauge(metrics, &caches.namespaces, &settings.enablement);
     update_pod_group_gauge(metrics, caches, &settings.backend_options.instance);
     metrics
+        .watches
         .stale_caches
         .set(readiness.liveness().stale().len() as i64);
 }
@@ -493,11 +466,13 @@ fn refresh_health_gauges(metrics: &crate::metrics::Metrics, ctx: &Context) {
     let get = |b: BackendKind, what: &str| counts.get(&(b, what)).copied().unwrap_or(0);
     for b in BACKENDS {
         metrics
+            .health
             .broken_gangs
             .with_label_values(&[b.as_str()])
             .set(get(b, "broken"));
         for (label, what) in [("capacity", "infeasible"), ("queue", "queue_unavailable")] {
             metrics
+                .health
                 .infeasible_gangs
                 .with_label_values(&[b.as_str(), label])
                 .set(get(b, what));
@@ -521,7 +496,8 @@ fn update_pod_group_gauge(metrics: &crate::metrics::Metrics, caches: &Caches, in
         }
         for phase in Phase::ALL {
             metrics
-                .podgroups
+                .pod_groups
+                .by_phase
                 .with_label_values(&[b.as_str(), phase.as_str()])
                 .set(counts.get(&phase).copied().unwrap_or(0));
         }
@@ -541,6 +517,7 @@ fn update_namespace_gauge(
     }
     for mode in [Mode::Manage, Mode::DryRun] {
         metrics
+            .watches
             .managed_namespaces
             .with_label_values(&[mode.as_str()])
             .set(counts.get(&mode).copied().unwrap_or(0));

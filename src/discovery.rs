@@ -27,7 +27,7 @@ impl Served {
 }
 
 /// Asks the API server which job kinds and PodGroup backends it serves.
-pub async fn discover(client: &Client) -> Result<Served, kube::Error> {
+pub async fn discover(client: &Client, kinds: &[&'static JobKind]) -> Result<Served, kube::Error> {
     let mut served = Served::default();
     let mut lists: HashMap<String, Option<Vec<String>>> = HashMap::new();
     let mut resources_of = async |gv: String| -> Result<Option<Vec<String>>, kube::Error> {
@@ -42,7 +42,7 @@ pub async fn discover(client: &Client) -> Result<Served, kube::Error> {
         lists.insert(gv, r.clone());
         Ok(r)
     };
-    for kind in KINDS {
+    for kind in kinds {
         // Only one version of a kind (MPIJob) is watched: the first served in table order.
         if served.kinds.iter().any(|(k, _)| *k == kind.kind) {
             continue;

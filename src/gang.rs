@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 
-use crate::job::{InvalidJob, Job, Replica};
 use crate::quantity::Quantity;
 use crate::resources::{AdmissionDefaults, ResourceMap, add_into, effective_pod_request, scale};
+pub use crate::workload::MinMemberRule;
+use crate::workload::{InvalidJob, Job, PodSet};
 
 /// The largest minMember a PodGroup can carry (`int32`).
 const MAX_MIN_MEMBER: u64 = i32::MAX as u64;
@@ -66,41 +67,11 @@ enum Resolved {
     UnknownClass,
 }
 
-/// Which numbered rule of SPEC §3.1 set minMember.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MinMemberRule {
-    /// §3.1.2 `schedulingPolicy.minAvailable`.
-    MinAvailable,
-    /// §3.1.3 Σ non-Worker replicas + `elasticPolicy.minReplicas`.
-    ElasticMinReplicas,
-    /// §3.1.4 MPIJob v2beta1: Worker replicas + 1 launcher.
-    MpiWorkersPlusLauncher,
-    /// §3.1.4 MPIJob v2beta1 with `WaitForWorkersReady`: the workers only.
-    MpiWorkersOnly,
-    /// §3.1.5 Σ replicas over all replica types.
-    SumOfReplicas,
-}
-
-impl MinMemberRule {
-    pub fn describe(&self) -> &'static str {
-        match self {
-            MinMemberRule::MinAvailable => "schedulingPolicy.minAvailable (SPEC 3.1.2)",
-            MinMemberRule::ElasticMinReplicas => {
-                "non-Worker replicas + elasticPolicy.minReplicas (SPEC 3.1.3)"
-            }
-            MinMemberRule::MpiWorkersPlusLauncher => "Worker replicas + 1 launcher (SPEC 3.1.4)",
-            MinMemberRule::MpiWorkersOnly => {
-                "Worker replicas; launcherCreationPolicy WaitForWorkersReady leaves the launcher out of the gang (SPEC 3.1.4)"
-            }
-            MinMemberRule::SumOfReplicas => "sum of replicas over all replica types (SPEC 3.1.5)",
-        }
-    }
-}
-
 /// One replica type's place in the gang.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Member {
-    pub replica_type: &'static str,
+    /// The pod set's name.
+    pub name: String,
     /// Pods of this type that exist in the gang.
     pub replicas: u64,
     /// Pods of this type counted towards minMember / minResources.
@@ -156,7 +127,8 @@ impl Gang {
     }
 }
 
-/// Deterministic order among replica types of equal priority (SPEC §3.2.2).
+/// Deterministic order among Kubeflow replica types of equal priority (SPEC §3.2.2); the pod
+/// sets of other kinds keep their order in the object (the head of a RayCluster first).
 fn tie_rank(replica_type: &str) -> usize {
     const ORDER: [&str; 6] = ["Master", "Chief", "Launcher", "PS", "Worker", "Evaluator"];
     ORDER
@@ -173,11 +145,12 @@ pub fn compute(
 ) -> Result<Gang, InvalidJob> {
     let mut warnings = Vec::new();
     // The pods that can belong to the gang, per replica type.
-    let rules = job.kind.rules;
-    let candidates: Vec<(&Replica, u64)> = job
-        .replicas
+    let candidates: Vec<(&PodSet, u64)> = job
+        .shape
+        .pod_sets
         .iter()
-        .filter_map(|r| Some((r, rules.gang_pods(job, r)?)))
+        .filter(|s| s.in_gang)
+        .map(|s| (s, s.count))
         .collect();
     let (min_member, rule) = min_member(job, &candidates, &mut warnings)?;
 
@@ -186,17 +159,20 @@ pub fn compute(
         .into_iter()
         .map(|(r, count)| member(r, count, priorities, defaults, &mut warnings))
         .collect::<Result<Vec<_>, _>>()?;
+    // Members keep the kind's order of pod sets so far: a stable sort leaves equal ones so.
+    let kubeflow = job.kind.is_kubeflow();
     members.sort_by(|a, b| {
-        b.priority
-            .cmp(&a.priority)
-            .then(tie_rank(a.replica_type).cmp(&tie_rank(b.replica_type)))
-            .then(a.replica_type.cmp(b.replica_type))
+        let ties = if kubeflow {
+            tie_rank(&a.name)
+                .cmp(&tie_rank(&b.name))
+                .then(a.name.cmp(&b.name))
+        } else {
+            std::cmp::Ordering::Equal
+        };
+        b.priority.cmp(&a.priority).then(ties)
     });
     let computed = count_in_order(&mut members, min_member)?;
-    let min_resources = match job
-        .scheduling_policy()
-        .and_then(|p| p.min_resources.as_ref())
-    {
+    let min_resources = match job.shape.hints.min_resources.as_ref() {
         Some(given) => {
             for (name, q) in given {
                 Quantity::parse_non_negative(q).map_err(|e| {
@@ -218,11 +194,11 @@ pub fn compute(
     })
 }
 
-/// minMember and the rule that set it (SPEC §3.1.2–§3.1.6), from the pods that belong to the
-/// gang per replica type.
+/// minMember and the rule that set it (SPEC §3.1.2–§3.1.6, §11), from the pods that belong to
+/// the gang per pod set.
 fn min_member(
     job: &Job,
-    candidates: &[(&Replica, u64)],
+    candidates: &[(&PodSet, u64)],
     warnings: &mut Vec<String>,
 ) -> Result<(u64, MinMemberRule), InvalidJob> {
     let total: u128 = candidates.iter().map(|(_, n)| *n as u128).sum();
@@ -233,8 +209,7 @@ fn min_member(
         return Err(InvalidJob::TooManyReplicas(total));
     }
     let total = total as u64;
-    let rules = job.kind.rules;
-    let (min_member, rule) = match job.scheduling_policy().and_then(|p| p.min_available) {
+    let (min_member, rule) = match job.shape.hints.min_available {
         Some(m) if m < 1 => return Err(InvalidJob::MinAvailableTooSmall(m)),
         Some(m) if m as u64 > total => {
             return Err(InvalidJob::MinAvailableAboveTotal {
@@ -243,12 +218,16 @@ fn min_member(
             });
         }
         Some(m) => (m as u64, MinMemberRule::MinAvailable),
-        None => rules.min_member(job, candidates, total, warnings),
+        None => {
+            warnings.extend(job.shape.rule_warnings.iter().cloned());
+            (minimum_pods(candidates, warnings), job.shape.rule)
+        }
     };
     if min_member == 0 {
         return Err(InvalidJob::ZeroReplicas);
     }
-    if rule == MinMemberRule::MinAvailable && min_member < total && rules.needs_every_pod() {
+    if rule == MinMemberRule::MinAvailable && min_member < total && job.kind.rules.needs_every_pod()
+    {
         warnings.push(format!(
             "schedulingPolicy.minAvailable {min_member} is below the {total} pods of this MPIJob: mpirun waits for every worker unless the application is elastic"
         ));
@@ -256,9 +235,29 @@ fn min_member(
     Ok((min_member, rule))
 }
 
+/// Σ over the pod sets of the gang of their minimum (all their pods without one); a minimum above
+/// the set's pods counts the pods, with a warning.
+fn minimum_pods(candidates: &[(&PodSet, u64)], warnings: &mut Vec<String>) -> u64 {
+    let mut sum = 0;
+    for (set, count) in candidates {
+        sum += match set.minimum {
+            Some((min, field)) if min > *count => {
+                warnings.push(format!(
+                    "{field} {min} is above the {count} {} replicas; the gang counts {count}",
+                    set.name
+                ));
+                *count
+            }
+            Some((min, _)) => min,
+            None => *count,
+        };
+    }
+    sum
+}
+
 /// One replica type's place in the gang: its priority and the request of one pod.
 fn member(
-    r: &Replica,
+    r: &PodSet,
     count: u64,
     priorities: &Priorities,
     defaults: &AdmissionDefaults,
@@ -276,7 +275,7 @@ fn member(
         Resolved::UnknownClass if priorities.offline => {
             warnings.push(format!(
                 "replica type {}: PriorityClass {:?} is unknown offline; counted as priority 0 (give the class with another -f, or use --kubeconfig)",
-                r.replica_type,
+                r.name,
                 class.unwrap_or_default()
             ));
             0
@@ -284,15 +283,14 @@ fn member(
         Resolved::UnknownClass => {
             warnings.push(format!(
                 "replica type {}: PriorityClass {:?} does not exist; counted as priority 0 (its pods will be rejected at admission)",
-                r.replica_type,
+                r.name,
                 class.unwrap_or_default()
             ));
             0
         }
     };
-    let pod_request = effective_pod_request(spec, defaults).map_err(|e| {
-        InvalidJob::InvalidResources(format!("replica type {}: {e}", r.replica_type))
-    })?;
+    let pod_request = effective_pod_request(spec, defaults)
+        .map_err(|e| InvalidJob::InvalidResources(format!("replica type {}: {e}", r.name)))?;
     let task_spec = r
         .template
         .metadata
@@ -301,7 +299,7 @@ fn member(
         .and_then(|a| a.get("volcano.sh/task-spec"))
         .cloned();
     Ok(Member {
-        replica_type: r.replica_type,
+        name: r.name.clone(),
         replicas: count,
         counted: 0,
         priority,
@@ -502,7 +500,7 @@ mod tests {
         );
         assert_eq!((g.min_member, g.rule), (4, MinMemberRule::MpiWorkersOnly));
         assert_eq!(resources(&g), pairs(&[("cpu", "8")]));
-        assert!(g.members.iter().all(|m| m.replica_type == "Worker"));
+        assert!(g.members.iter().all(|m| m.name == "Worker"));
     }
 
     #[test]
@@ -659,7 +657,7 @@ mod tests {
             &AdmissionDefaults::default(),
         )
         .unwrap();
-        assert_eq!(g.members[0].replica_type, "Worker");
+        assert_eq!(g.members[0].name, "Worker");
         assert_eq!(g.members[0].counted, 3);
         assert_eq!(g.members[1].counted, 0);
         assert_eq!(resources(&g), pairs(&[("cpu", "24")]));
@@ -695,11 +693,11 @@ mod tests {
                 "PS": {"template": cpu("1")},
                 "Chief": {"template": cpu("1000")}}}),
         );
-        let order: Vec<_> = compute(&j, &Priorities::default(), &AdmissionDefaults::default())
-            .unwrap()
+        let g = compute(&j, &Priorities::default(), &AdmissionDefaults::default()).unwrap();
+        let order: Vec<_> = g
             .members
             .iter()
-            .map(|m| (m.replica_type, m.counted))
+            .map(|m| (m.name.as_str(), m.counted))
             .collect();
         assert_eq!(
             order,
@@ -821,7 +819,7 @@ mod tests {
                         let partial = g.members.iter().filter(|m| m.counted > 0 && m.counted < m.replicas).count();
                         prop_assert!(partial <= 1);
                         let expected_millis: u64 = g.members.iter().map(|m| {
-                            let per = types.iter().find(|t| t.0 == m.replica_type).unwrap().2 as u64;
+                            let per = types.iter().find(|t| t.0 == m.name).unwrap().2 as u64;
                             m.counted * per
                         }).sum();
                         let want = if expected_millis == 0 { None } else { Some(Quantity::from_nanos(expected_millis as i128 * 1_000_000, crate::quantity::Format::DecimalSI)) };

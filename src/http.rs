@@ -15,7 +15,7 @@ use tracing::{debug, info};
 
 use crate::listen::{Bounds, Listener};
 
-use crate::controller::Readiness;
+use crate::liveness::Readiness;
 use crate::metrics::Metrics;
 
 /// What the endpoints report on.

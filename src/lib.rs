@@ -12,6 +12,7 @@
 
 pub mod backend;
 pub mod caches;
+pub mod cli;
 pub mod client;
 pub mod controller;
 pub mod diff;
@@ -30,16 +31,20 @@ pub mod listen;
 pub mod liveness;
 pub mod metrics;
 pub mod own_writes;
+pub mod owned;
 pub mod packed;
 pub mod plan;
 pub mod quantity;
+pub mod reason;
 pub mod reconcile;
 pub mod refusal;
 pub mod resources;
 pub mod running;
+pub mod settings;
 pub mod strip;
 pub mod target;
 pub mod trigger;
 pub mod unlinked;
 pub mod watch;
 pub mod webhook;
+pub mod workload;

@@ -8,15 +8,49 @@
 //! while any cache is unsynced, relisting or failing.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kube::runtime::watcher;
 
 /// Errors closer together than this are one failure streak. A failing watch retries within the
-/// watch backoff cap (see [`crate::watch::WATCH_BACKOFF_MAX`]) plus a connect timeout, so a
+/// watch backoff cap (`WATCH_BACKOFF_MAX` in the watch module) plus a connect timeout, so a
 /// longer quiet spell means its requests succeed again (a healthy watch may bring no events).
 const STREAK_GAP: Duration = Duration::from_secs(15);
+
+/// Readiness: true once discovery ran and every cache — jobs of each watched kind included —
+/// is fresh (synced, not relisting, not failing).
+#[derive(Clone, Default)]
+pub struct Readiness {
+    discovered: Arc<AtomicBool>,
+    liveness: Liveness,
+}
+
+impl Readiness {
+    pub fn is_ready(&self) -> bool {
+        self.not_ready().is_empty()
+    }
+
+    /// Why this instance is not ready; empty when it is.
+    pub fn not_ready(&self) -> Vec<String> {
+        let mut why = Vec::new();
+        if !self.discovered.load(Ordering::Relaxed) {
+            why.push("CRD discovery has not run".to_string());
+        }
+        why.extend(self.liveness.stale());
+        why
+    }
+
+    /// The probes of every watch (for liveness).
+    pub fn liveness(&self) -> &Liveness {
+        &self.liveness
+    }
+
+    pub(crate) fn set(&self, v: bool) {
+        self.discovered.store(v, Ordering::Relaxed)
+    }
+}
 
 #[derive(Debug, Default)]
 struct WatchState {

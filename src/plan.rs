@@ -23,11 +23,11 @@ use crate::gang::{Gang, Priorities};
 use crate::health::feasible::{self, Capacity};
 use crate::health::{JobHealth, broken};
 use crate::job::{self, InvalidJob, Job, JobKind};
-use crate::reconcile::{FIELD_MANAGER, ResizePolicy, Settings};
 use crate::refusal::Refusal;
 use crate::resources::AdmissionDefaults;
-pub use crate::target::PodGroups;
+use crate::settings::{FIELD_MANAGER, ResizePolicy, Settings};
 use crate::target::{Around, NoPodGroup, Target, target};
+pub use crate::target::{PodGroups, ours};
 
 /// A resourceVersion no PodGroup can have (etcd's first revision belongs to the API server's own
 /// bootstrap). A server-side apply that carries it creates the object when there is none and is
@@ -50,9 +50,9 @@ pub struct Input<'a> {
     pub pod_groups: &'a dyn PodGroups,
     /// What the API server refused for this job last time.
     pub refused: Option<&'a Refusal>,
-    /// The job's pods created without a PodGroup link (name, is the MPIJob launcher); kept
+    /// The job's pods created without a PodGroup link (name, pod set where it matters); kept
     /// only with the pod-link webhook on.
-    pub unlinked_pods: &'a [(String, bool)],
+    pub unlinked_pods: &'a [(String, Option<String>)],
     pub settings: &'a Settings,
     pub now: Timestamp,
     /// What this process remembers of the job's gang health (SPEC §10).
@@ -222,19 +222,6 @@ impl Plan {
     }
 }
 
-/// Whether this installation of podgroup-sync (`instance`) owns `pg` for the job with this UID:
-/// the job is its controller and its labels say this installation made it
-/// ([`backend::made_by`]). A PodGroup the job controls without them was made by someone else —
-/// an operator whose gang mode is still on, Volcano's own `podgroup-<uid>` for pods without a
-/// group annotation, or another installation of podgroup-sync — and is never touched.
-pub fn ours(pg: &DynamicObject, uid: &str, instance: &str) -> bool {
-    let controlled = pg.metadata.owner_references.as_ref().is_some_and(|refs| {
-        refs.iter()
-            .any(|r| r.controller == Some(true) && r.uid == uid)
-    });
-    controlled && backend::made_by(pg.metadata.labels.as_ref(), instance)
-}
-
 /// The PodGroups podgroup-sync made for this job in its namespace, except `keep`.
 fn stale(input: &Input, keep: Option<(BackendKind, &str)>) -> Vec<Delete> {
     let uid = input.job.uid().unwrap_or_default();
@@ -374,7 +361,7 @@ fn unlinked_pods(input: &Input, mode: Mode, job: &Job, name: &str) -> Option<(St
     let pods = input
         .unlinked_pods
         .iter()
-        .filter(|(_, launcher)| !(*launcher && job.launcher_waits_for_workers))
+        .filter(|(_, set)| set.as_deref().is_none_or(|s| job.in_gang(s)))
         .count();
     if pods == 0 {
         return None;
@@ -717,6 +704,7 @@ mod tests {
             backend_options: BackendOptions::default(),
             resize: ResizePolicy::Always,
             keep_finished: false,
+            batch_jobs: false,
             gang_wait_warning: Duration::from_secs(300),
             gang_broken_after: Duration::from_secs(60),
             feasibility: false,
@@ -771,10 +759,10 @@ mod tests {
         s: &Settings,
         refused: Option<&Refusal>,
         leading: bool,
-        unlinked_pods: &[(String, bool)],
+        unlinked_pods: &[(String, Option<String>)],
     ) -> Plan {
         let obj: DynamicObject = serde_json::from_value(job.clone()).unwrap();
-        let kind = JobKind::lookup(
+        let kind = crate::kinds::lookup(
             job["apiVersion"].as_str().unwrap(),
             job["kind"].as_str().unwrap(),
         )
@@ -911,6 +899,7 @@ mod tests {
             assert_eq!(p.write, None);
             let keep = Settings {
                 keep_finished: true,
+                batch_jobs: false,
                 ..settings()
             };
             let p = plan_with(&j, Some(&annotations("true")), &pgs, &keep);
@@ -1247,8 +1236,8 @@ mod tests {
         };
         let ns = annotations("true");
         let pods = [
-            ("train-worker-0".to_string(), false),
-            ("train-worker-1".to_string(), false),
+            ("train-worker-0".to_string(), None),
+            ("train-worker-1".to_string(), None),
         ];
         let p = plan_unlinked(
             &job(2),
@@ -1272,7 +1261,7 @@ mod tests {
         let three = [
             pods[0].clone(),
             pods[1].clone(),
-            ("train-worker-2".into(), false),
+            ("train-worker-2".into(), None),
         ];
         let more = plan_unlinked(
             &job(2),
@@ -1557,7 +1546,7 @@ mod tests {
         let s = settings();
         let ns = annotations("true");
         plan(&Input {
-            kind: JobKind::lookup("kubeflow.org/v1", "PyTorchJob").unwrap(),
+            kind: crate::kinds::lookup("kubeflow.org/v1", "PyTorchJob").unwrap(),
             job: &obj,
             leading: true,
             namespace_annotations: Some(&ns),

@@ -18,9 +18,8 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, Resource, ResourceExt, api::DynamicObject};
 use tracing::{debug, info, warn};
 
-use crate::backend::{BackendKind, BackendOptions, Phase};
+use crate::backend::{BackendKind, Phase};
 use crate::caches::Caches;
-use crate::enablement::Enablement;
 use crate::events::{EventError, Events, Reason};
 use crate::health::JobHealth;
 use crate::job::{InvalidJob, JobKind};
@@ -30,41 +29,7 @@ use crate::packed::Packed;
 use crate::plan::{self, Delete, Input, Op, Outcome, Plan, PodGroups, SeenPhase, Tally, Write};
 use crate::refusal::Refusal;
 
-/// The field manager of every write.
-pub const FIELD_MANAGER: &str = "podgroup-sync";
-
-/// When a running gang's PodGroup may be resized.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ResizePolicy {
-    /// Follow every change of replicas or policy (needed for HPA and elastic jobs).
-    #[value(name = "always")]
-    Always,
-    /// Keep the size of an existing PodGroup; a suspended job's PodGroup is recreated on resume.
-    #[value(name = "while-suspended")]
-    WhileSuspended,
-    /// Never change the size of an existing PodGroup.
-    #[value(name = "never")]
-    Never,
-}
-
-/// Behaviour settings, from flags.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    pub enablement: Enablement,
-    pub backend_options: BackendOptions,
-    pub resize: ResizePolicy,
-    pub keep_finished: bool,
-    /// How long a scheduler-plugins PodGroup may stay Pending/Scheduling before an Event says so.
-    pub gang_wait_warning: Duration,
-    /// The pod-link webhook links pods (SPEC §8): templates without links are expected.
-    pub webhook: bool,
-    /// How long a gang that ran whole may run short of minMember pods before `GangBroken`.
-    pub gang_broken_after: Duration,
-    /// Report gangs no schedulable node or queue can take (SPEC §10; watches Nodes and Queues).
-    pub feasibility: bool,
-    /// Seconds between stale-PodGroup audits (zero: no audit).
-    pub audit_interval: Duration,
-}
+pub use crate::settings::{FIELD_MANAGER, ResizePolicy, Settings};
 
 /// Shared by every job kind's controller.
 pub struct Context {
@@ -236,6 +201,7 @@ impl Context {
             Phase::Running => {
                 if waiting.remove(&seen.uid) {
                     self.metrics
+                        .pod_groups
                         .gang_wait
                         .with_label_values(&[seen.backend.as_str()])
                         .observe(seen.age.as_secs_f64());
@@ -268,15 +234,18 @@ pub async fn reconcile(
         Err(_) => "error",
     };
     ctx.metrics
-        .reconcile_total
+        .reconcile
+        .total
         .with_label_values(&[kind.kind, label])
         .inc();
     ctx.metrics
-        .reconcile_duration
+        .reconcile
+        .duration
         .with_label_values(&[kind.kind])
         .observe(started.elapsed().as_secs_f64());
     ctx.metrics
-        .last_reconcile
+        .reconcile
+        .last
         .set(Timestamp::now().as_second() as f64);
     if result.is_ok() {
         ctx.succeeded(&obj.uid().unwrap_or_default());
@@ -427,11 +396,16 @@ fn count(ctx: &Context, tallies: &[Tally]) {
         match tally {
             Tally::Invalid(reason) => {
                 debug!(reason, "invalid job");
-                ctx.metrics.invalid_jobs.with_label_values(&[reason]).inc()
+                ctx.metrics
+                    .reconcile
+                    .invalid
+                    .with_label_values(&[reason])
+                    .inc()
             }
-            Tally::Conflict => ctx.metrics.conflicts.inc(),
+            Tally::Conflict => ctx.metrics.reconcile.conflicts.inc(),
             Tally::BackendUnavailable(b) => ctx
                 .metrics
+                .pod_groups
                 .backend_unavailable
                 .with_label_values(&[b.as_str()])
                 .inc(),
@@ -487,7 +461,8 @@ fn created(obj: &DynamicObject, ctx: &Context, write: &Write) {
             .as_secs_f64()
             .max(0.0);
         ctx.metrics
-            .job_to_podgroup
+            .pod_groups
+            .job_to_pod_group
             .with_label_values(&[write.backend.as_str()])
             .observe(secs);
     }
@@ -525,7 +500,8 @@ async fn apply(ctx: &Context, namespace: &str, write: &Write) -> Result<(), Erro
         );
     }
     ctx.metrics
-        .podgroup_writes
+        .pod_groups
+        .writes
         .with_label_values(&[write.backend.as_str(), write.op.as_str()])
         .inc();
     Ok(())
@@ -554,7 +530,8 @@ pub(crate) async fn delete_pod_group(
     match api.delete(&delete.name, &params).await {
         Ok(_) => {
             ctx.metrics
-                .podgroup_writes
+                .pod_groups
+                .writes
                 .with_label_values(&[backend.as_str(), "delete"])
                 .inc();
             info!(namespace, podgroup = %delete.name, backend = %backend, "deleted PodGroup");
@@ -580,7 +557,8 @@ pub fn error_policy(obj: Arc<Packed>, err: &Error, ctx: Arc<Context>) -> Action 
     }
     let kind = obj.types.as_ref().map_or("", |t| t.kind.as_str());
     ctx.metrics
-        .reconcile_errors
+        .reconcile
+        .errors
         .with_label_values(&[kind, err.label()])
         .inc();
     warn!(

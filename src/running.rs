@@ -120,6 +120,7 @@ impl Running {
         for b in BACKENDS {
             let is = served.backends.contains(&b);
             self.metrics
+                .pod_groups
                 .backend_served
                 .with_label_values(&[b.as_str()])
                 .set(is as i64);
@@ -128,6 +129,7 @@ impl Running {
             let is = served.has_kind(kind);
             for (label, v) in [("true", is), ("false", !is)] {
                 self.metrics
+                    .watches
                     .watched_kinds
                     .with_label_values(&[kind.kind, kind.version, label])
                     .set(v as i64);
@@ -345,8 +347,8 @@ fn spawn_kind_controller(
         reflect_settled(stream, writer, ar.clone()),
         job_refs(triggers, jobs.clone(), kind, ar.clone()),
     );
-    let fifo =
-        Fifo::new(concurrency).with_gauge(ctx.metrics.queued_jobs.with_label_values(&[kind.kind]));
+    let fifo = Fifo::new(concurrency)
+        .with_gauge(ctx.metrics.reconcile.queued.with_label_values(&[kind.kind]));
     let controller = Controller::for_stream_with(
         futures::stream::pending::<Result<Packed, watcher::Error>>(),
         jobs.clone(),
@@ -402,7 +404,8 @@ fn report_controller_error(
         E::ObjectNotFound(obj) => {
             fifo.finished(&crate::fifo::key(&obj));
             metrics
-                .reconcile_errors
+                .reconcile
+                .errors
                 .with_label_values(&[kind.kind, "not_found"])
                 .inc();
             info!(object = %obj, "job queued for reconcile is no longer in the cache; skipped");
@@ -411,7 +414,8 @@ fn report_controller_error(
         E::QueueError(_) => {}
         E::RunnerError(e) => {
             metrics
-                .reconcile_errors
+                .reconcile
+                .errors
                 .with_label_values(&[kind.kind, "runner"])
                 .inc();
             warn!(kind = kind.kind, error = %e, "reconcile runner error");

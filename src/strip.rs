@@ -12,7 +12,7 @@ use kube::api::DynamicObject;
 use serde_json::{Map, Value};
 
 use crate::job::JobKind;
-use crate::reconcile::FIELD_MANAGER;
+use crate::settings::FIELD_MANAGER;
 
 /// Dropped from cached objects: a second copy of the whole object.
 pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -39,24 +39,28 @@ const CONTAINER_FIELDS: &[&str] = &["name", "resources", "restartPolicy"];
 const TEMPLATE_METADATA_FIELDS: &[&str] = &["labels", "annotations"];
 
 /// Strips a job of `kind` for the cache.
-pub fn job(kind: &JobKind, job: &mut DynamicObject) {
+pub fn job(kind: &'static JobKind, job: &mut DynamicObject) {
     job.metadata.managed_fields = None;
     if let Some(a) = job.metadata.annotations.as_mut() {
         a.remove(LAST_APPLIED);
     }
+    let read = kind.rules.status_fields();
     if let Some(status) = job.data.get_mut("status").and_then(Value::as_object_mut) {
-        status.retain(|k, _| k == "conditions");
+        status.retain(|k, _| read.contains(&k.as_str()));
     }
-    let specs = job
-        .data
-        .get_mut("spec")
-        .and_then(|s| s.get_mut(kind.replica_specs_field))
-        .and_then(Value::as_object_mut);
-    for replica_spec in specs.into_iter().flat_map(|m| m.values_mut()) {
-        if let Some(template) = replica_spec
-            .get_mut("template")
-            .and_then(Value::as_object_mut)
-        {
+    let requested = kind.rules.requested(
+        job.metadata
+            .annotations
+            .as_ref()
+            .unwrap_or(&Default::default()),
+    );
+    if !requested {
+        // Not a gang (a batch/v1 Job without the request): its metadata is all that is read.
+        job.data = serde_json::json!({});
+        return;
+    }
+    if let Some(spec) = job.data.get_mut("spec") {
+        for template in kind.rules.templates_mut(kind, spec) {
             template_in_place(template);
         }
     }
@@ -97,7 +101,6 @@ mod tests {
     use super::*;
     use crate::backend::{BackendKind, BackendOptions};
     use crate::explain;
-    use crate::job::JobKind;
 
     /// Everything the computation reads, and a lot it does not, in one job.
     const RICH: &str = r#"
@@ -186,7 +189,7 @@ status: {allocatable: {cpu: "16", memory: 64Gi, nvidia.com/gpu: "4"}}
     }
 
     fn stripped(job: &Value) -> Value {
-        let kind = JobKind::lookup(
+        let kind = crate::kinds::lookup(
             job["apiVersion"].as_str().unwrap(),
             job["kind"].as_str().unwrap(),
         )
@@ -223,7 +226,7 @@ status: {allocatable: {cpu: "16", memory: 64Gi, nvidia.com/gpu: "4"}}
     fn a_job_through_the_cache_normalises_as_the_whole_job() {
         for text in examples() {
             let (job, _) = explain::surroundings::read(&[text]).unwrap();
-            let kind = JobKind::lookup(
+            let kind = crate::kinds::lookup(
                 job["apiVersion"].as_str().unwrap(),
                 job["kind"].as_str().unwrap(),
             )

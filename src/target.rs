@@ -25,6 +25,19 @@ pub trait PodGroups {
     fn controlled_by(&self, uid: &str) -> Vec<(BackendKind, Arc<DynamicObject>)>;
 }
 
+/// Whether this installation of podgroup-sync (`instance`) owns `pg` for the job with this UID:
+/// the job is its controller and its labels say this installation made it
+/// ([`backend::made_by`]). A PodGroup the job controls without them was made by someone else —
+/// an operator whose gang mode is still on, Volcano's own `podgroup-<uid>` for pods without a
+/// group annotation, or another installation of podgroup-sync — and is never touched.
+pub fn ours(pg: &DynamicObject, uid: &str, instance: &str) -> bool {
+    let controlled = pg.metadata.owner_references.as_ref().is_some_and(|refs| {
+        refs.iter()
+            .any(|r| r.controller == Some(true) && r.uid == uid)
+    });
+    controlled && backend::made_by(pg.metadata.labels.as_ref(), instance)
+}
+
 /// What the decision reads besides the job.
 pub struct Around<'a> {
     /// The annotations of the job's Namespace.
@@ -67,7 +80,7 @@ pub enum NoPodGroup {
 
 /// The PodGroup `job` gets, or why it gets none; checked in the order the planner reports them.
 pub fn target(job: &Job, around: &Around) -> Result<Target, NoPodGroup> {
-    if around.enablement.job_opted_out(job) {
+    if !job.shape.gang_requested || around.enablement.job_opted_out(job) {
         return Err(NoPodGroup::OptedOut);
     }
     if job.managed_elsewhere() {

@@ -1,5 +1,5 @@
-//! Pods of managed jobs that were created without a PodGroup link, kept from a metadata-only
-//! watch of the Kubeflow operators' pods (only with the pod-link webhook on). A pod the webhook
+//! Pods of managed jobs that were created without a PodGroup link, kept from metadata-only
+//! watches of the operators' pods, one per operator label (only with the pod-link webhook on). A pod the webhook
 //! did not admit — it was stopped or unreachable (failurePolicy Ignore lets the pod through), or
 //! the job was not in its cache yet — would otherwise run outside its gang with nobody told:
 //! the job's reconcile reports it as `PodsNotLinked`.
@@ -26,13 +26,17 @@ use crate::webhook::link::{self, JOB_NAME_LABEL, PodView};
 /// A job: namespace, kind, version, name (both MPIJob versions share the kind's name).
 type JobKey = (String, &'static str, &'static str, String);
 
-/// Unlinked pods by job: pod name → whether it is the MPIJob launcher.
+/// Unlinked pods by job: pod name → the pod set it belongs to, where that matters (see
+/// [`link::Owner::pod_set`]).
 #[derive(Clone, Default)]
-pub struct UnlinkedPods(Arc<Mutex<HashMap<JobKey, BTreeMap<String, bool>>>>);
+pub struct UnlinkedPods(Arc<Mutex<HashMap<JobKey, PodsOfJob>>>);
+
+/// A job's unlinked pods: pod name → its pod set.
+type PodsOfJob = BTreeMap<String, Option<String>>;
 
 impl UnlinkedPods {
-    /// The unlinked pods of a job: (pod name, is the MPIJob launcher).
-    pub fn of(&self, namespace: &str, kind: &JobKind, job: &str) -> Vec<(String, bool)> {
+    /// The unlinked pods of a job: (pod name, its pod set).
+    pub fn of(&self, namespace: &str, kind: &JobKind, job: &str) -> Vec<(String, Option<String>)> {
         let key = (
             namespace.to_string(),
             kind.kind,
@@ -43,13 +47,13 @@ impl UnlinkedPods {
             .lock()
             .expect("lock")
             .get(&key)
-            .map(|pods| pods.iter().map(|(p, l)| (p.clone(), *l)).collect())
+            .map(|pods| pods.iter().map(|(p, l)| (p.clone(), l.clone())).collect())
             .unwrap_or_default()
     }
 
     /// Records a pod (`deleted`: removes it); the job whose unlinked pods changed, if any.
     fn observe(&self, pod: &PartialObjectMeta<Pod>, deleted: bool) -> Option<Trigger> {
-        let (key, launcher, linked) = classify(pod)?;
+        let (key, set, linked) = classify(pod)?;
         let name = pod.name_any();
         let mut index = self.0.lock().expect("lock");
         let changed = if deleted || linked {
@@ -60,38 +64,38 @@ impl UnlinkedPods {
             }
             removed
         } else {
-            index.entry(key.clone()).or_default().insert(name, launcher) != Some(launcher)
+            let pods = index.entry(key.clone()).or_default();
+            pods.insert(name, set.clone()) != Some(set)
         };
         changed.then(|| job_trigger(&key))
     }
 
-    /// Replaces the index with the pods of a completed list; the jobs whose unlinked pods
-    /// changed.
-    fn replace(&self, pods: &[PartialObjectMeta<Pod>]) -> Vec<Trigger> {
-        let mut fresh: HashMap<JobKey, BTreeMap<String, bool>> = HashMap::new();
+    /// Replaces the entries of the kinds whose pods carry `label` with the pods of a completed
+    /// list of that label; the jobs whose unlinked pods changed.
+    fn replace(&self, label: &str, pods: &[PartialObjectMeta<Pod>]) -> Vec<Trigger> {
+        let mut fresh: HashMap<JobKey, PodsOfJob> = HashMap::new();
         for pod in pods {
-            if let Some((key, launcher, false)) = classify(pod) {
-                fresh
-                    .entry(key)
-                    .or_default()
-                    .insert(pod.name_any(), launcher);
+            if let Some((key, set, false)) = classify(pod) {
+                fresh.entry(key).or_default().insert(pod.name_any(), set);
             }
         }
+        let of_label = |k: &JobKey| kind_of(k).is_some_and(|kind| kind.pod_label == label);
         let mut index = self.0.lock().expect("lock");
         let changed = index
             .iter()
-            .filter(|(k, v)| fresh.get(*k) != Some(*v))
+            .filter(|(k, v)| of_label(k) && fresh.get(*k) != Some(*v))
             .chain(fresh.iter().filter(|(k, _)| !index.contains_key(*k)))
             .map(|(k, _)| job_trigger(k))
             .collect();
-        *index = fresh;
+        index.retain(|k, _| !of_label(k));
+        index.extend(fresh);
         changed
     }
 }
 
-/// The job of a pod, whether it is the MPIJob launcher, and whether it carries a link of any
-/// backend; `None` for pods whose controller is not a job kind.
-fn classify(pod: &PartialObjectMeta<Pod>) -> Option<(JobKey, bool, bool)> {
+/// The job of a pod, its pod set, and whether it carries a link of any backend; `None` for pods
+/// whose controller is not a kind podgroup-sync knows.
+fn classify(pod: &PartialObjectMeta<Pod>) -> Option<(JobKey, Option<String>, bool)> {
     let owners = pod.metadata.owner_references.clone().unwrap_or_default();
     let view = PodView {
         labels: pod.metadata.labels.as_ref(),
@@ -111,15 +115,19 @@ fn classify(pod: &PartialObjectMeta<Pod>) -> Option<(JobKey, bool, bool)> {
         owner.kind.version,
         owner.name,
     );
-    Some((key, owner.launcher, linked))
+    Some((key, owner.pod_set, linked))
 }
 
-fn job_trigger((namespace, kind, version, name): &JobKey) -> Trigger {
-    let api_version = KINDS
+fn kind_of((_, kind, version, _): &JobKey) -> Option<&'static JobKind> {
+    KINDS
         .iter()
+        .copied()
         .find(|k| k.kind == *kind && k.version == *version)
-        .map(|k| k.api_version())
-        .unwrap_or_default();
+}
+
+fn job_trigger(key: &JobKey) -> Trigger {
+    let (namespace, kind, _, name) = key;
+    let api_version = kind_of(key).map(|k| k.api_version()).unwrap_or_default();
     Trigger::Job {
         api_version,
         kind: kind.to_string(),
@@ -128,10 +136,32 @@ fn job_trigger((namespace, kind, version, name): &JobKey) -> Trigger {
     }
 }
 
-/// Watches the metadata of pods with the operators' job-name label (the webhook's
+/// The labels of the operators' pods, one watch each: every watched kind's `pod_label`, once.
+pub fn pod_labels(kinds: &[&'static JobKind]) -> Vec<&'static str> {
+    let mut labels: Vec<&'static str> = Vec::new();
+    for k in kinds {
+        if !labels.contains(&k.pod_label) {
+            labels.push(k.pod_label);
+        }
+    }
+    labels
+}
+
+/// The liveness probe name of the watch of pods with `label` (`pods` for the Kubeflow
+/// operators' label, as before there were others).
+pub fn probe_name(label: &str) -> String {
+    if label == JOB_NAME_LABEL {
+        "pods".to_string()
+    } else {
+        format!("pods/{label}")
+    }
+}
+
+/// Watches the metadata of pods with one operator's label (a term of the webhook's
 /// objectSelector) and keeps `index`; a change to a job's unlinked pods requeues the job.
 pub fn spawn(
     client: Client,
+    label: &'static str,
     index: UnlinkedPods,
     triggers: broadcast::Sender<Trigger>,
     probe: Probe,
@@ -139,9 +169,7 @@ pub fn spawn(
 ) -> JoinHandle<()> {
     // Metadata only: labels, annotations and owners are all the index reads.
     let api: Api<PartialObjectMeta<Pod>> = Api::all(client);
-    let config = watcher::Config::default()
-        .labels(JOB_NAME_LABEL)
-        .any_semantic();
+    let config = watcher::Config::default().labels(label).any_semantic();
     let stream = watcher(api, config).backoff(WatchBackoff::default());
     tokio::spawn(async move {
         let _guard = probe.task_guard();
@@ -153,7 +181,7 @@ pub fn spawn(
                     Ok(watcher::Event::Init) => listed.clear(),
                     Ok(watcher::Event::InitApply(p)) => listed.push(p),
                     Ok(watcher::Event::InitDone) => {
-                        for t in index.replace(&std::mem::take(&mut listed)) {
+                        for t in index.replace(label, &std::mem::take(&mut listed)) {
                             let _ = triggers.send(t);
                         }
                     }
@@ -217,7 +245,7 @@ mod tests {
         assert_eq!(index.observe(&bare, false), None, "seen again: no news");
         assert_eq!(
             index.of("ns", &PYTORCHJOB, "train"),
-            vec![("train-worker-0".to_string(), false)]
+            vec![("train-worker-0".to_string(), None)]
         );
         // Linked for Volcano: no longer unlinked.
         let volcano = pod(
@@ -257,20 +285,26 @@ mod tests {
             &pod("gone", labels.clone(), json!({}), owned_by_job()),
             false,
         );
-        let changed = index.replace(&[pod("new", labels, json!({}), owned_by_job())]);
+        let changed = index.replace(
+            JOB_NAME_LABEL,
+            &[pod("new", labels, json!({}), owned_by_job())],
+        );
         assert_eq!(changed.len(), 1, "{changed:?}");
         assert_eq!(
             index.of("ns", &PYTORCHJOB, "train"),
-            vec![("new".to_string(), false)]
+            vec![("new".to_string(), None)]
         );
         assert!(
             index
-                .replace(&[pod(
-                    "new",
-                    json!({"training.kubeflow.org/job-name": "train"}),
-                    json!({}),
-                    owned_by_job()
-                )])
+                .replace(
+                    JOB_NAME_LABEL,
+                    &[pod(
+                        "new",
+                        json!({"training.kubeflow.org/job-name": "train"}),
+                        json!({}),
+                        owned_by_job()
+                    )]
+                )
                 .is_empty()
         );
     }

@@ -25,10 +25,10 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use crate::backend::BackendKind;
-use crate::caches::OwnedIndex;
 use crate::liveness::Probe;
 use crate::metrics::Metrics;
 use crate::own_writes::OwnWrites;
+use crate::owned::OwnedIndex;
 use crate::packed::Packed;
 use crate::trigger::{Trigger, owner_trigger};
 
@@ -192,11 +192,11 @@ pub fn observe<K>(
     let resource = probe.resource();
     let relist = probe.observe(ev);
     if relist {
-        metrics.cache_relists.with_label_values(&[resource]).inc();
+        metrics.watches.relists.with_label_values(&[resource]).inc();
         info!(%resource, "relisting: the watch could not resume");
     }
     if let Err(e) = ev {
-        metrics.watch_errors.with_label_values(&[resource]).inc();
+        metrics.watches.errors.with_label_values(&[resource]).inc();
         warn!(%resource, error = %e, "watch error; retrying");
     }
     relist
@@ -291,6 +291,7 @@ pub fn spawn_pod_group_cache(
                         };
                         if echo {
                             metrics
+                                .pod_groups
                                 .own_write_echoes
                                 .with_label_values(&[backend.as_str()])
                                 .inc();

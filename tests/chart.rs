@@ -20,7 +20,7 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use support::Cluster;
-use support::chart::{Release, chart_dir, helm_stderr, install, run_helm};
+use support::chart::{Release, chart_dir, helm_stderr, install, install_with, run_helm};
 use support::controller::{self, Controller};
 use support::jobs::{self, Backend, Kind};
 use support::lifecycle::Gang;
@@ -183,6 +183,7 @@ fn rules_of(doc: &Value) -> Vec<PolicyRule> {
 fn expected_cluster_triples(
     webhook: bool,
     feasibility: bool,
+    batch_jobs: bool,
 ) -> BTreeSet<(String, String, String)> {
     let mut want = BTreeSet::new();
     let mut add = |group: &str, resources: &[&str], verbs: &[&str]| {
@@ -192,13 +193,12 @@ fn expected_cluster_triples(
             }
         }
     };
-    // Every kind podgroup-sync knows, from its own table.
-    let plurals: BTreeSet<&str> = podgroup_sync::job::KINDS.iter().map(|k| k.plural).collect();
-    add(
-        "kubeflow.org",
-        &plurals.into_iter().collect::<Vec<_>>(),
-        &["get", "list", "watch"],
-    );
+    // Every kind podgroup-sync knows, from its own table (batch/v1 Jobs with --batch-jobs).
+    for k in podgroup_sync::job::KINDS {
+        if batch_jobs || k.group != "batch" {
+            add(k.group, &[k.plural], &["get", "list", "watch"]);
+        }
+    }
     add("", &["namespaces", "limitranges"], &["list", "watch"]);
     add(
         "scheduling.k8s.io",
@@ -289,6 +289,7 @@ fn check_invariants(name: &str, r: &Rendered, flags: &BTreeSet<String>) {
         let mut want = expected_cluster_triples(
             r.has("MutatingWebhookConfiguration"),
             r.has_arg("--gang-feasibility"),
+            r.has_arg("--batch-jobs"),
         );
         // A certificate the controller manages: its own configuration's caBundle.
         if r.args()
@@ -357,6 +358,7 @@ controller:
   gangBrokenSeconds: 120
   auditIntervalSeconds: 0
   gangFeasibility: true
+  batchJobs: true
 replicas: 2
 leaderElection:
   leaseName: pgs-leader
@@ -694,6 +696,38 @@ fn check_generated_webhook(r: &Rendered) {
         hook["objectSelector"],
         json!({"matchExpressions": [{"key": "training.kubeflow.org/job-name", "operator": "Exists"}]})
     );
+    // One entry per workload operator's pod label, the same in all but name and selector.
+    let hooks = r.one("MutatingWebhookConfiguration")["webhooks"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let names: Vec<&str> = hooks.iter().map(|h| h["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "pod-link.podgroup-sync.io",
+            "jobset.pod-link.podgroup-sync.io",
+            "ray.pod-link.podgroup-sync.io"
+        ]
+    );
+    for (h, label) in hooks[1..]
+        .iter()
+        .zip(["jobset.sigs.k8s.io/jobset-name", "ray.io/cluster"])
+    {
+        assert_eq!(
+            h["objectSelector"],
+            json!({"matchExpressions": [{"key": label, "operator": "Exists"}]})
+        );
+        for field in [
+            "clientConfig",
+            "rules",
+            "failurePolicy",
+            "timeoutSeconds",
+            "sideEffects",
+        ] {
+            assert_eq!(h[field], hook[field], "{field}");
+        }
+    }
     assert_eq!(
         hook["clientConfig"]["service"],
         json!({"name": "pgs-podgroup-sync-webhook", "namespace": "ops", "path": "/pod-link", "port": 443})
@@ -1392,8 +1426,9 @@ async fn without_permission(
             exited = Some(status.to_string());
             break;
         }
-        // Found: watch a little longer, to see whether the rest keeps working.
-        if refusal_line.is_some() && !r.unused && start.elapsed() > Duration::from_secs(10) {
+        // Found: watch a little longer, to see whether the rest keeps working (past one retry
+        // of a failed reconcile, 5 s).
+        if refusal_line.is_some() && !r.unused && start.elapsed() > Duration::from_secs(6) {
             break;
         }
         // Once the first round had its chance: a suspend (delete) and a changed dry-run job
@@ -1507,7 +1542,16 @@ async fn removing_any_single_rule_makes_the_controller_name_the_missing_permissi
     let cluster = support::cluster().await;
     let client = cluster.client().await;
     let release_ns = support::test_namespace(&client, "chart-rbac", &[]).await;
-    let release = install(cluster, &release_ns);
+    // An installation of its own (annotation key and instance): a controller missing one
+    // permission must not act on the jobs and PodGroups of the other tests' release beside it.
+    let release = install_with(
+        cluster,
+        &release_ns,
+        &[
+            "controller.annotationKey=rbac.podgroup-sync.test/enabled",
+            "controller.instance=rbac",
+        ],
+    );
     let cluster_rules: Vec<PolicyRule> = Api::<ClusterRole>::all(client.clone())
         .get(&release.cluster_role)
         .await

@@ -15,7 +15,10 @@
 mod harness;
 mod support;
 
-use harness::{Link, Replicas, Scope, exclusive, is_bound, names_of, replicas, training_job};
+use harness::{
+    Link, Replicas, Scope, exclusive, is_bound, jobset, names_of, raycluster, replicas,
+    training_job,
+};
 use serde_json::{Value, json};
 use support::jobs::{self, Backend, Kind, spec};
 
@@ -76,6 +79,10 @@ for_each_backend!(
     f_a_finished_job_loses_its_pod_group,
     g_xgboostjob_run_by_training_operator_is_one_gang,
     h_a_gang_that_loses_a_node_is_broken_then_recovers,
+    i_a_jobset_binds_none_then_all,
+    j_a_raycluster_binds_whole,
+    k_an_in_order_jobset_starts_step_by_step_without_deadlock,
+    l_a_rayjob_runs_on_a_whole_gang_and_suspending_it_frees_the_pod_group,
 );
 
 /// A gang of `pods` pods needing `gpus` GPUs, created on too few one-GPU nodes: its PodGroup says
@@ -430,5 +437,146 @@ async fn h_a_gang_that_loses_a_node_is_broken_then_recovers(backend: Backend) {
     s.wait_all_running(&ns, &job, 3).await;
     let note = s.wait_event(&ns, &job, "GangRecovered").await;
     eprintln!("[{ns}] {note}");
+    s.cleanup().await;
+}
+
+/// (i) SPEC §11: the real JobSet controller makes 2 Jobs of 4 pods (1 GPU each); with room for 7
+/// none binds and the JobSet is told why; one more GPU and all 8 bind.
+async fn i_a_jobset_binds_none_then_all(backend: Backend) {
+    let _turn = exclusive().await;
+    let mut s = Scope::new(&format!("e2e-i-{}", tag(backend)), true).await;
+    for _ in 0..7 {
+        s.add_node(1).await;
+    }
+    let job = format!("js-{}", s.id);
+    let manifest = jobset(
+        Link::Gang(backend),
+        &job,
+        s.pool(),
+        &[("workers", 2, 4, 1)],
+        json!({}),
+    );
+    let note =
+        waits_whole_then_runs_whole(&mut s, backend, Kind::JobSet, &job, &manifest, 8, "8").await;
+    eprintln!("[{}] JobSet of 2x4 waited on 7 GPUs: {note}", s.ns);
+    s.cleanup().await;
+}
+
+/// (j) SPEC §11: the real KubeRay operator makes a head (no GPU) and 2 replicas × 2 hosts of
+/// GPU workers; on 3 GPUs not even the head binds, with a fourth the cluster binds whole.
+async fn j_a_raycluster_binds_whole(backend: Backend) {
+    let _turn = exclusive().await;
+    let mut s = Scope::new(&format!("e2e-j-{}", tag(backend)), true).await;
+    for _ in 0..3 {
+        s.add_node(1).await;
+    }
+    let job = format!("rc-{}", s.id);
+    let manifest = raycluster(Link::Gang(backend), &job, s.pool(), 2, 2);
+    let note =
+        waits_whole_then_runs_whole(&mut s, backend, Kind::RayCluster, &job, &manifest, 5, "4")
+            .await;
+    eprintln!("[{}] RayCluster head + 2x2 waited on 3 GPUs: {note}", s.ns);
+    s.cleanup().await;
+}
+
+/// (k) SPEC §11: `startupPolicy: InOrder` creates the workers only once the driver runs. The
+/// gang is the driver alone (a gang of all pods would deadlock), so the driver binds, then the
+/// workers are created and bind one by one; their pods carry no link.
+async fn k_an_in_order_jobset_starts_step_by_step_without_deadlock(backend: Backend) {
+    let _turn = exclusive().await;
+    let mut s = Scope::new(&format!("e2e-k-{}", tag(backend)), true).await;
+    for _ in 0..4 {
+        s.add_node(1).await;
+    }
+    let ns = s.ns.clone();
+    let job = format!("ord-{}", s.id);
+    let manifest = jobset(
+        Link::Gang(backend),
+        &job,
+        s.pool(),
+        &[("driver", 1, 1, 1), ("workers", 1, 3, 1)],
+        json!({"startupPolicy": {"startupPolicyOrder": "InOrder"}}),
+    );
+    s.create(&ns, Kind::JobSet, &manifest).await;
+    let pg = s
+        .wait_pg(&ns, backend, &job, "minMember 1 (the driver)", |pg| {
+            spec(pg)["minMember"] == 1
+        })
+        .await;
+    eprintln!("[{ns}] InOrder JobSet PodGroup: {}", spec(&pg));
+    let running = s.wait_all_running(&ns, &job, 4).await;
+    eprintln!(
+        "[{ns}] InOrder JobSet ran step by step: {:?}",
+        names_of(&running)
+    );
+    s.cleanup().await;
+}
+
+/// (l) SPEC §11: a RayJob's gang is the RayCluster KubeRay creates for it (`status.rayClusterName`):
+/// head + 2 × 2 GPU workers wait whole on 3 GPUs and bind whole on 4 (the submitter is not a
+/// RayCluster pod: outside the gang); suspending the RayJob deletes its RayCluster, and the
+/// PodGroup goes with it.
+async fn l_a_rayjob_runs_on_a_whole_gang_and_suspending_it_frees_the_pod_group(backend: Backend) {
+    let _turn = exclusive().await;
+    let mut s = Scope::new(&format!("e2e-l-{}", tag(backend)), true).await;
+    for _ in 0..3 {
+        s.add_node(1).await;
+    }
+    let ns = s.ns.clone();
+    let job = format!("rj-{}", s.id);
+    let cluster = raycluster(Link::Gang(backend), &job, s.pool(), 2, 2);
+    let rayjob_ar = jobs::ar("ray.io", "v1", "RayJob", "rayjobs");
+    let mut metadata = cluster["metadata"].clone();
+    metadata["name"] = json!(job);
+    let rayjob: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": metadata,
+        // KubeRay suspends only a RayJob that shuts its cluster down when done.
+        "spec": {"entrypoint": "python -c 'print(1)'", "shutdownAfterJobFinishes": true,
+            "rayClusterSpec": cluster["spec"]}}))
+    .unwrap();
+    let api = jobs::api(&s.client, &ns, &rayjob_ar);
+    api.create(&Default::default(), &rayjob)
+        .await
+        .expect("create RayJob");
+    let cluster_name = s
+        .env
+        .wait(&ns, "the RayJob's RayCluster", harness::SLOW, || async {
+            let rj = api.get_opt(&job).await.ok()??;
+            rj.data
+                .pointer("/status/rayClusterName")
+                .and_then(Value::as_str)
+                .filter(|n| !n.is_empty())
+                .map(str::to_string)
+        })
+        .await;
+    let pg = s
+        .wait_pg(&ns, backend, &cluster_name, "minMember 5", |pg| {
+            spec(pg)["minMember"] == 5
+        })
+        .await;
+    assert_eq!(spec(&pg)["minResources"][harness::GPU], "4");
+    s.wait_all_refused(&ns, &job, 5).await;
+    let waiting = s.pods(&ns, &job).await;
+    assert!(
+        waiting.iter().all(|p| !is_bound(p)),
+        "{:?}\n{}",
+        names_of(&waiting),
+        s.diagnostics()
+    );
+    s.add_node(1).await;
+    let running = s.wait_all_running(&ns, &job, 5).await;
+    eprintln!(
+        "[{ns}] RayJob's cluster {cluster_name} runs whole: {:?}",
+        names_of(&running)
+    );
+    api.patch(
+        &job,
+        &Default::default(),
+        &kube::api::Patch::Merge(json!({"spec": {"suspend": true}})),
+    )
+    .await
+    .expect("suspend the RayJob");
+    s.wait_pg_gone(&ns, backend, &cluster_name, "the RayJob suspended")
+        .await;
     s.cleanup().await;
 }

@@ -19,6 +19,7 @@ const B: Backend = Backend::Kubernetes;
 
 async fn scope(prefix: &str, enabled: bool) -> Scope {
     support::use_native_gang();
+    support::use_workload_crds();
     Scope::new(prefix, enabled).await
 }
 
@@ -172,5 +173,80 @@ async fn d_mpijob_wait_for_workers_ready_runs_to_completion() {
         assert_eq!(min_count(pg), 2, "launcher left out\n{}", s.diagnostics());
     })
     .await;
+    s.cleanup().await;
+}
+
+/// A zero-touch workload of another operator (SPEC §11) created on too few one-GPU nodes: the
+/// native PodGroup says minCount `pods`, kube-scheduler binds none, every pod is linked through
+/// its scheduling group; one more GPU node and all bind.
+async fn native_waits_whole_then_binds_whole(
+    s: &mut Scope,
+    kind: Kind,
+    job: &str,
+    manifest: &Value,
+    pods: usize,
+) {
+    let ns = s.ns.clone();
+    s.create(&ns, kind, manifest).await;
+    s.wait_pg(&ns, B, job, &format!("minCount {pods}"), |pg| {
+        min_count(pg) == pods as u64
+    })
+    .await;
+    let note = s.wait_event(&ns, job, "GangUnschedulable").await;
+    s.wait_all_refused(&ns, job, pods).await;
+    let waiting = s.pods(&ns, job).await;
+    assert!(
+        waiting.iter().all(|p| !is_bound(p)),
+        "{kind:?}: a gang of {pods} without room for all: no pod may bind: {:?}\n{}",
+        names_of(&waiting),
+        s.diagnostics()
+    );
+    assert_eq!(
+        scheduling_groups(s, &ns, job).await,
+        vec![Some(job.to_string()); pods],
+        "{kind:?}: the webhook links every pod\n{}",
+        s.diagnostics()
+    );
+    s.add_node(1).await;
+    let running = s.wait_all_running(&ns, job, pods).await;
+    eprintln!(
+        "[{ns}] native {kind:?} gang of {pods} waited ({note}); runs whole: {:?}",
+        names_of(&running)
+    );
+}
+
+/// (e) The real JobSet controller's 2 Jobs of 4 pods (1 GPU each) on 7 GPUs: none binds, then
+/// all 8 on the eighth.
+#[tokio::test]
+async fn e_a_jobset_binds_none_then_all() {
+    let _turn = exclusive().await;
+    let mut s = scope("e2e-ne", true).await;
+    for _ in 0..7 {
+        s.add_node(1).await;
+    }
+    let job = format!("js-{}", s.id);
+    let manifest = harness::jobset(
+        Link::Gang(B),
+        &job,
+        s.pool(),
+        &[("workers", 2, 4, 1)],
+        json!({}),
+    );
+    native_waits_whole_then_binds_whole(&mut s, Kind::JobSet, &job, &manifest, 8).await;
+    s.cleanup().await;
+}
+
+/// (f) The real KubeRay operator's head (no GPU) and 2 × 2 GPU workers on 3 GPUs: not even the
+/// head binds; with a fourth GPU the cluster binds whole.
+#[tokio::test]
+async fn f_a_raycluster_binds_whole() {
+    let _turn = exclusive().await;
+    let mut s = scope("e2e-nf", true).await;
+    for _ in 0..3 {
+        s.add_node(1).await;
+    }
+    let job = format!("rc-{}", s.id);
+    let manifest = harness::raycluster(Link::Gang(B), &job, s.pool(), 2, 2);
+    native_waits_whole_then_binds_whole(&mut s, Kind::RayCluster, &job, &manifest, 5).await;
     s.cleanup().await;
 }

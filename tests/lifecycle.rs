@@ -8,7 +8,9 @@ use std::sync::{Mutex, OnceLock};
 use kube::Client;
 use serde_json::json;
 use support::controller::{self, Controller};
-use support::jobs::{self, Backend, KINDS, Kind, expected_spec_of, spec, wait_pg, wait_pg_gone};
+use support::jobs::{
+    self, Backend, KINDS, Kind, WORKLOAD_KINDS, expected_spec_of, spec, wait_pg, wait_pg_gone,
+};
 use support::lifecycle::{Gang, Row, owner_ref_of};
 
 const ENABLED: (&str, &str) = ("podgroup-sync.io/enabled", "true");
@@ -16,12 +18,13 @@ const ENABLED: (&str, &str) = ("podgroup-sync.io/enabled", "true");
 static CONTROLLER: OnceLock<Mutex<Controller>> = OnceLock::new();
 
 async fn setup(prefix: &str, annotations: &[(&str, &str)]) -> (Client, String) {
+    support::use_workload_crds();
     let cluster = support::cluster().await;
     CONTROLLER.get_or_init(|| {
         Mutex::new(controller::start(
             cluster,
             None,
-            &["--gang-wait-warning-seconds", "3"],
+            &["--gang-wait-warning-seconds", "3", "--batch-jobs"],
         ))
     });
     let client = cluster.client().await;
@@ -90,6 +93,7 @@ async fn row_job_deleted_lets_the_garbage_collector_remove_the_pod_group() {
 fn combinations() -> Vec<(Kind, Backend)> {
     KINDS
         .into_iter()
+        .chain(WORKLOAD_KINDS)
         .flat_map(|k| [(k, Backend::SchedulerPlugins), (k, Backend::Volcano)])
         .collect()
 }
@@ -471,5 +475,115 @@ async fn a_foreign_edit_right_after_our_write_is_not_lost_to_the_echo_skip() {
     assert!(
         echoes_after > echoes_before,
         "no echo was skipped ({echoes_before} → {echoes_after}): the test did not exercise the skip"
+    );
+}
+
+/// SPEC §11: a batch/v1 Job is a gang only when it asks (the annotation) and is Indexed. A plain
+/// Job beside an annotated twin gets nothing and hears nothing; an annotated NonIndexed Job is
+/// told why it gets no PodGroup.
+#[tokio::test]
+async fn only_an_indexed_job_that_asks_is_a_gang() {
+    let (client, ns) = setup("batch-jobs", &[ENABLED]).await;
+    let b = Backend::Volcano;
+    let asks = jobs::job(Kind::IndexedJob, b, "asks", 2);
+    let mut plain = jobs::job(Kind::IndexedJob, b, "plain", 2);
+    plain["metadata"]["annotations"] = json!({});
+    let mut non_indexed = jobs::job(Kind::IndexedJob, b, "non-indexed", 2);
+    non_indexed["spec"]["completionMode"] = json!("NonIndexed");
+    for job in [&plain, &non_indexed, &asks] {
+        jobs::create(&client, &ns, Kind::IndexedJob, job).await;
+    }
+    let ev = jobs::wait_event(&client, &ns, "non-indexed", "InvalidSpec").await;
+    assert!(
+        ev.note
+            .as_deref()
+            .unwrap_or_default()
+            .contains("only an Indexed Job"),
+        "{ev:?}"
+    );
+    // The twin created last proves the controller saw the others by now.
+    wait_pg(&client, &ns, b, "asks", "created", |_| true).await;
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    for name in ["plain", "non-indexed"] {
+        assert!(
+            jobs::get_pg(&client, &ns, b, name).await.is_none(),
+            "{name}"
+        );
+    }
+    let said = jobs::events(&client, &ns, "plain", "InvalidSpec").await;
+    assert!(
+        said.is_empty(),
+        "a plain Job is no gang and is told nothing: {said:?}"
+    );
+}
+
+/// SPEC §11, Trainer v2: a TrainJob's JobSet whose templates carry the link Trainer's PodGroup
+/// policy writes is Trainer's — its PodGroup (owned by the TrainJob) is never touched and no
+/// other is made; a TrainJob's JobSet without one gets podgroup-sync's PodGroup, owned by the
+/// JobSet. With the real TrainJob and JobSet CRDs.
+#[tokio::test]
+async fn a_trainjob_with_a_pod_group_policy_is_left_to_trainer() {
+    let (client, ns) = setup("trainjob", &[ENABLED]).await;
+    let b = Backend::SchedulerPlugins;
+    let trainjob_ar = jobs::ar("trainer.kubeflow.org", "v1alpha1", "TrainJob", "trainjobs");
+    let mut owners = Vec::new();
+    for name in ["by-trainer", "by-us"] {
+        let tj: kube::api::DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": name},
+            "spec": {"runtimeRef": {"name": "torch-distributed"}}}))
+        .unwrap();
+        let tj = jobs::api(&client, &ns, &trainjob_ar)
+            .create(&kube::api::PostParams::default(), &tj)
+            .await
+            .expect("create TrainJob");
+        owners.push(
+            json!([{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "name": name, "uid": tj.metadata.uid, "controller": true, "blockOwnerDeletion": true}]),
+        );
+    }
+    // Trainer's own PodGroup, as its coscheduling plugin makes it: owned by the TrainJob.
+    let theirs: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+        "metadata": {"name": "by-trainer", "ownerReferences": owners[0]},
+        "spec": {"minMember": 3}}))
+    .unwrap();
+    let theirs = jobs::api(&client, &ns, &b.ar())
+        .create(&kube::api::PostParams::default(), &theirs)
+        .await
+        .expect("Trainer's PodGroup");
+    // Trainer's JobSet: the link in its templates (the job() of a hand-linked backend).
+    let mut by_trainer = jobs::job(Kind::JobSet, b, "by-trainer", 2);
+    by_trainer["metadata"]["ownerReferences"] = owners[0].clone();
+    let mut by_us = jobs::job(Kind::JobSet, Backend::Kubernetes, "by-us", 2);
+    by_us["metadata"] = json!({"name": "by-us", "ownerReferences": owners[1]});
+    jobs::create(&client, &ns, Kind::JobSet, &by_trainer).await;
+    let js = jobs::create(&client, &ns, Kind::JobSet, &by_us).await;
+    let ours = wait_pg(
+        &client,
+        &ns,
+        b,
+        "by-us",
+        "made for the TrainJob's JobSet",
+        |_| true,
+    )
+    .await;
+    assert_eq!(
+        serde_json::to_value(&ours.metadata.owner_references).unwrap(),
+        owner_ref_of(&js),
+        "owned by the JobSet"
+    );
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let now = jobs::get_pg(&client, &ns, b, "by-trainer")
+        .await
+        .expect("still there");
+    assert_eq!(
+        now.metadata.resource_version,
+        theirs.metadata.resource_version
+    );
+    let conflicts = jobs::events(&client, &ns, "by-trainer", "PodGroupConflict").await;
+    assert!(
+        conflicts.is_empty(),
+        "Trainer's is not a conflict: {conflicts:?}"
     );
 }

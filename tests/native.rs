@@ -13,7 +13,9 @@ use kube::api::{DynamicObject, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use support::controller::{self, Controller};
-use support::jobs::{self, Backend, KINDS, Kind, expected_spec_of, spec, wait_pg, wait_pg_gone};
+use support::jobs::{
+    self, Backend, KINDS, Kind, WORKLOAD_KINDS, expected_spec_of, spec, wait_pg, wait_pg_gone,
+};
 use support::lifecycle::{Gang, Row};
 use support::webhook::{self as wh, operator_pod};
 use tokio::sync::OnceCell;
@@ -34,6 +36,7 @@ static SHARED: OnceCell<Shared> = OnceCell::const_new();
 /// client.
 async fn setup() -> Client {
     support::use_native_gang();
+    support::use_workload_crds();
     let cluster = support::cluster().await;
     SHARED
         .get_or_init(|| async {
@@ -41,7 +44,7 @@ async fn setup() -> Client {
             let certs = wh::certs(&dir, "native-ca");
             let port = controller::free_port();
             let mut args = wh::args(port, &certs);
-            args.extend(["--gang-wait-warning-seconds", "3"].map(String::from));
+            args.extend(["--gang-wait-warning-seconds", "3", "--batch-jobs"].map(String::from));
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             let c = controller::start(cluster, None, &args);
             let client = cluster.client().await;
@@ -81,7 +84,8 @@ async fn row(row: Row, kind: Kind) {
 }
 
 async fn every_kind(r: Row) {
-    futures::future::join_all(KINDS.into_iter().map(|k| row(r, k))).await;
+    let kinds = KINDS.into_iter().chain(WORKLOAD_KINDS);
+    futures::future::join_all(kinds.map(|k| row(r, k))).await;
 }
 
 #[tokio::test]
@@ -311,6 +315,7 @@ async fn rule_9_the_priority_class_is_set_at_creation_and_a_change_is_reported_n
 async fn a_restart_with_nothing_changed_writes_nothing() {
     // A control plane of its own: the API server's write counters must see only this test.
     support::use_native_gang();
+    support::use_workload_crds();
     let cluster = support::private_cluster();
     let client = cluster.client().await;
     // The Priority admission plugin fills this class into PodGroups that name none.
@@ -377,6 +382,7 @@ async fn a_restart_with_nothing_changed_writes_nothing() {
 async fn the_charts_rbac_is_enough_for_the_native_lifecycle() {
     // A control plane of its own: no other controller may manage its namespaces.
     support::use_native_gang();
+    support::use_workload_crds();
     let cluster = support::private_cluster();
     let client = cluster.client().await;
     let release_ns = support::test_namespace(&client, "chart", &[]).await;

@@ -124,23 +124,28 @@ fn histograms() -> BTreeSet<String> {
     use prometheus::core::Collector;
     let m = podgroup_sync::metrics::Metrics::new();
     let admission = podgroup_sync::webhook::admit::AdmissionMetrics::new(&m.registry);
-    [&m.reconcile_duration, &m.job_to_podgroup, &m.gang_wait]
-        .iter()
-        .flat_map(|h| h.desc().into_iter().map(|d| d.fq_name.clone()))
-        .chain(
-            admission
-                .duration
-                .desc()
-                .into_iter()
-                .map(|d| d.fq_name.clone()),
-        )
-        .chain(
-            m.audit_duration
-                .desc()
-                .into_iter()
-                .map(|d| d.fq_name.clone()),
-        )
-        .collect()
+    [
+        &m.reconcile.duration,
+        &m.pod_groups.job_to_pod_group,
+        &m.pod_groups.gang_wait,
+    ]
+    .iter()
+    .flat_map(|h| h.desc().into_iter().map(|d| d.fq_name.clone()))
+    .chain(
+        admission
+            .duration
+            .desc()
+            .into_iter()
+            .map(|d| d.fq_name.clone()),
+    )
+    .chain(
+        m.health
+            .audit_duration
+            .desc()
+            .into_iter()
+            .map(|d| d.fq_name.clone()),
+    )
+    .collect()
 }
 
 /// `name` if exported, else its histogram family when it is a `_bucket`/`_sum`/`_count` series.

@@ -244,8 +244,96 @@ fn run_policy() -> impl Strategy<Value = Value> {
         )
 }
 
+/// A job of another kind than Kubeflow's, with its own spec (SPEC §11). Kept apart from
+/// [`job_json`]: one strategy choosing between the two nests deep enough to overflow a test
+/// thread's stack in a debug build.
+fn workload_json() -> impl Strategy<Value = (&'static JobKind, Value)> {
+    let kinds: Vec<&'static JobKind> = KINDS.iter().copied().filter(|k| !k.is_kubeflow()).collect();
+    prop::sample::select(kinds).prop_flat_map(|kind| {
+        (workload_spec(kind), prop::bool::ANY).prop_map(move |(spec, gang)| {
+            let annotations = if gang {
+                json!({"podgroup-sync.io/gang": "true"})
+            } else {
+                json!({})
+            };
+            (kind, json!({"apiVersion": kind.api_version(), "kind": kind.kind,
+                "metadata": {"name": "w", "namespace": "ns", "uid": "u", "annotations": annotations},
+                "spec": spec}))
+        })
+    })
+}
+
+fn set_name() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        4 => prop::sample::select(vec!["driver", "workers", "gpu", "a"]).prop_map(|n| json!(n)),
+        1 => prop::sample::select(vec![json!(""), json!(null), json!(7)]),
+    ]
+}
+
+/// The spec of a JobSet, a RayCluster or a batch/v1 Job, mostly well-formed (one template
+/// shared by the pod sets: a template strategy per set overflows the test thread's stack).
+fn workload_spec(kind: &'static JobKind) -> BoxedStrategy<Value> {
+    fn count() -> impl Strategy<Value = Value> {
+        prop::sample::select(vec![
+            json!(null),
+            json!(0),
+            json!(1),
+            json!(2),
+            json!(4),
+            json!(-1),
+        ])
+    }
+    let sets = prop::collection::vec(
+        (
+            set_name(),
+            count(),
+            count(),
+            count(),
+            prop::bool::weighted(0.2),
+        ),
+        0..4,
+    );
+    match kind.kind {
+        "JobSet" => (template(), sets, prop::sample::select(vec![None, Some("InOrder"), Some("AnyOrder")]))
+            .prop_map(|(template, sets, order)| {
+                let jobs: Vec<Value> = sets
+                    .into_iter()
+                    .map(|(name, replicas, parallelism, completions, depends)| {
+                        let mut j = json!({"name": name, "replicas": replicas, "template": {"spec": {
+                            "parallelism": parallelism, "completions": completions,
+                            "completionMode": "Indexed", "template": template}}});
+                        if depends {
+                            j["dependsOn"] = json!([{"name": "driver", "status": "Ready"}]);
+                        }
+                        j
+                    })
+                    .collect();
+                json!({"replicatedJobs": jobs, "startupPolicy": order.map(|o| json!({"startupPolicyOrder": o}))})
+            })
+            .boxed(),
+        "RayCluster" => (template(), sets)
+            .prop_map(|(template, sets)| {
+                let groups: Vec<Value> = sets
+                    .into_iter()
+                    .map(|(name, replicas, min, hosts, suspend)| json!({"groupName": name,
+                        "replicas": replicas, "minReplicas": min, "numOfHosts": hosts,
+                        "suspend": suspend, "template": template}))
+                    .collect();
+                json!({"headGroupSpec": {"template": template}, "workerGroupSpecs": groups})
+            })
+            .boxed(),
+        _ => (count(), count(), template(), prop::sample::select(vec!["Indexed", "NonIndexed"]))
+            .prop_map(|(parallelism, completions, template, mode)| json!({"parallelism": parallelism,
+                "completions": completions, "completionMode": mode, "template": template}))
+            .boxed(),
+    }
+}
+
+/// A Kubeflow job: replica specs, run policy, elastic policy, annotations.
 fn job_json() -> impl Strategy<Value = (&'static JobKind, Value)> {
-    prop::sample::select(KINDS.to_vec()).prop_flat_map(|kind| {
+    let kubeflow: Vec<&'static JobKind> =
+        KINDS.iter().copied().filter(|k| k.is_kubeflow()).collect();
+    prop::sample::select(kubeflow).prop_flat_map(|kind| {
         (
             replica_specs(kind),
             prop_oneof![8 => run_policy(), 1 => any_json()],
@@ -362,6 +450,7 @@ fn settings(default_backend: BackendKind) -> Settings {
         backend_options: BackendOptions::default(),
         resize: ResizePolicy::Always,
         keep_finished: false,
+        batch_jobs: false,
         gang_wait_warning: std::time::Duration::from_secs(120),
         webhook: true,
         gang_broken_after: std::time::Duration::from_secs(60),
@@ -382,20 +471,7 @@ fn webhook_and_planner(
     let ns = BTreeMap::from([("podgroup-sync.io/enabled".to_string(), "true".to_string())]);
     let priorities = priorities();
     let defaults = Ok(AdmissionDefaults::default());
-    let owners = vec![
-        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
-            api_version: kind.api_version(),
-            kind: kind.kind.to_string(),
-            name: job.metadata.name.clone().unwrap_or_default(),
-            uid: "u".into(),
-            controller: Some(true),
-            ..Default::default()
-        },
-    ];
-    let labels = BTreeMap::from([(
-        link::JOB_NAME_LABEL.to_string(),
-        job.metadata.name.clone().unwrap_or_default(),
-    )]);
+    let (owners, labels) = pod_of(kind, &job);
     let pod = PodView {
         labels: Some(&labels),
         annotations: None,
@@ -438,25 +514,107 @@ fn webhook_and_planner(
     Some((decision, written))
 }
 
+/// A pod of `job` as its operator creates it: the Kubeflow operators' and KubeRay's own pods,
+/// a JobSet's through a batch/v1 Job of its first replicated job, a batch/v1 Job's own.
+fn pod_of(
+    kind: &'static JobKind,
+    job: &kube::api::DynamicObject,
+) -> (
+    Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>,
+    BTreeMap<String, String>,
+) {
+    let name = job.metadata.name.clone().unwrap_or_default();
+    let owner = |api_version: &str, kind: &str, name: &str| {
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            name: name.into(),
+            uid: "u".into(),
+            controller: Some(true),
+            ..Default::default()
+        }
+    };
+    let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    match kind.kind {
+        "JobSet" => {
+            let rjob = job
+                .data
+                .pointer("/spec/replicatedJobs/0/name")
+                .and_then(Value::as_str)
+                .unwrap_or("r");
+            (
+                vec![owner("batch/v1", "Job", &format!("{name}-{rjob}-0"))],
+                labels(&[
+                    ("jobset.sigs.k8s.io/jobset-name", &name),
+                    ("jobset.sigs.k8s.io/replicatedjob-name", rjob),
+                ]),
+            )
+        }
+        "RayCluster" => (
+            vec![owner(&kind.api_version(), kind.kind, &name)],
+            labels(&[("ray.io/cluster", &name), ("ray.io/group", "headgroup")]),
+        ),
+        "Job" => (
+            vec![owner("batch/v1", "Job", &name)],
+            labels(&[("batch.kubernetes.io/job-name", &name)]),
+        ),
+        _ => (
+            vec![owner(&kind.api_version(), kind.kind, &name)],
+            labels(&[(link::JOB_NAME_LABEL, &name)]),
+        ),
+    }
+}
+
+/// The PodGroup a pod of `obj` is linked to is the one the planner writes, for every default
+/// backend; a pod skipped while the planner writes one is a pod of a set outside the gang.
+fn webhook_agrees_with_the_planner(
+    kind: &'static JobKind,
+    obj: &Value,
+) -> Result<(), proptest::test_runner::TestCaseError> {
+    for default_backend in BACKENDS {
+        let Some((decision, written)) = webhook_and_planner(kind, obj, default_backend) else {
+            continue;
+        };
+        match decision {
+            Decision::Link { backend, name, .. } | Decision::Unchanged { backend, name } => {
+                prop_assert_eq!(Some((backend, name)), written, "{}", obj);
+            }
+            Decision::Skipped(link::Skip::OutsideGang | link::Skip::LauncherOutsideGang) => {}
+            Decision::Skipped(skip) => {
+                prop_assert!(
+                    written.is_none(),
+                    "{:?} but the planner writes {:?}: {}",
+                    skip,
+                    written,
+                    obj
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
     #[test]
     fn a_pod_the_webhook_links_names_the_pod_group_the_planner_writes((kind, obj) in job_json()) {
-        for default_backend in BACKENDS {
-            let Some((decision, written)) = webhook_and_planner(kind, &obj, default_backend) else {
-                continue;
-            };
-            match decision {
-                Decision::Link { backend, name, .. } | Decision::Unchanged { backend, name } => {
-                    prop_assert_eq!(Some((backend, name)), written, "{}", obj);
-                }
-                Decision::Skipped(skip) => {
-                    // Only the MPIJob launcher outside the gang is skipped while its job gets one.
-                    prop_assert!(written.is_none(), "{:?} but the planner writes {:?}: {}", skip, written, obj);
-                }
-            }
-        }
+        webhook_agrees_with_the_planner(kind, &obj)?;
+    }
+
+    #[test]
+    fn a_workload_pod_the_webhook_links_names_the_pod_group_the_planner_writes((kind, obj) in workload_json()) {
+        webhook_agrees_with_the_planner(kind, &obj)?;
+    }
+
+    #[test]
+    fn a_workload_through_the_pipeline_never_panics_and_is_deterministic((kind, obj) in workload_json()) {
+        prop_assert_eq!(pipeline(kind, &obj), pipeline(kind, &obj));
     }
 
     #[test]
@@ -490,21 +648,36 @@ fn the_generator_reaches_valid_and_invalid_jobs() {
     use proptest::test_runner::TestRunner;
     let mut runner = TestRunner::deterministic();
     let mut seen: BTreeMap<&str, u32> = BTreeMap::new();
-    for _ in 0..3000 {
-        let (kind, obj) = job_json().new_tree(&mut runner).unwrap().current();
+    let mut pod_groups_by_kind: BTreeMap<&str, u32> = BTreeMap::new();
+    for i in 0..3000 {
+        let (kind, obj) = if i % 4 == 3 {
+            workload_json().new_tree(&mut runner).unwrap().current()
+        } else {
+            job_json().new_tree(&mut runner).unwrap().current()
+        };
         for line in pipeline(kind, &obj) {
             let class = if line.starts_with("invalid") {
                 "invalid job"
             } else if line.contains(": invalid: ") {
                 "invalid for a backend"
             } else {
+                *pod_groups_by_kind.entry(kind.kind).or_default() += 1;
                 "podgroup"
             };
             *seen.entry(class).or_default() += 1;
         }
     }
-    println!("figure: 3000 generated jobs reached {seen:?}");
+    println!(
+        "figure: 3000 generated jobs reached {seen:?}; PodGroups by kind {pod_groups_by_kind:?}"
+    );
     for class in ["invalid job", "invalid for a backend", "podgroup"] {
         assert!(seen.get(class).copied().unwrap_or(0) >= 30, "{seen:?}");
+    }
+    for kind in KINDS {
+        assert!(
+            pod_groups_by_kind.get(kind.kind).copied().unwrap_or(0) >= 10,
+            "{} never reaches a PodGroup: {pod_groups_by_kind:?}",
+            kind.kind
+        );
     }
 }

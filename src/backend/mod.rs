@@ -378,7 +378,8 @@ pub fn pod_group_name(
     job: &Job,
 ) -> Result<(String, Option<String>), InvalidJob> {
     let mut names: Vec<&str> = job
-        .replicas
+        .shape
+        .pod_sets
         .iter()
         .filter_map(|r| backend.template_link(&r.template))
         .collect();
@@ -503,7 +504,7 @@ pub fn missing_links(
     webhook: bool,
 ) -> Vec<String> {
     let mut out = Vec::new();
-    for r in &job.replicas {
+    for r in &job.shape.pod_sets {
         let t = &r.template;
         if t.metadata
             .as_ref()
@@ -514,16 +515,12 @@ pub fn missing_links(
                 "{}: carries the annotation {LINKED_ANNOTATION}, which only the pod-link webhook \
                  sets: it is no link (only spec.schedulingGroup is) and would hide pods left \
                  unlinked from PodsNotLinked; remove it",
-                r.replica_type
+                r.name
             ));
         }
         let link = backend.template_link(t);
         if link != Some(name) && !(webhook && link.is_none()) {
-            out.push(format!(
-                "{}: {}",
-                r.replica_type,
-                backend.missing_link(name)
-            ));
+            out.push(format!("{}: {}", r.name, backend.missing_link(name)));
         }
         let asked = t.spec.as_ref().and_then(|s| s.scheduler_name.as_deref());
         let default = matches!(asked, None | Some("") | Some("default-scheduler"));
@@ -534,7 +531,7 @@ pub fn missing_links(
         if !backend.scheduler_matches(scheduler, opts) {
             out.push(format!(
                 "{}: schedulerName {:?} does not reach {} (expected {})",
-                r.replica_type,
+                r.name,
                 scheduler.unwrap_or("default-scheduler"),
                 backend.kind(),
                 backend.expected_schedulers(opts)
@@ -547,7 +544,8 @@ pub fn missing_links(
 /// Backend inference from the job's pod templates (SPEC §2, third choice).
 pub fn infer_from_templates(job: &Job, opts: &BackendOptions) -> Option<BackendKind> {
     BACKENDS.into_iter().find(|b| {
-        job.replicas
+        job.shape
+            .pod_sets
             .iter()
             .any(|r| b.backend().template_prefers(&r.template, opts))
     })

@@ -10,8 +10,8 @@ use serde_json::Value;
 use super::Explained;
 use crate::backend::SIZING_FIELDS;
 use crate::enablement::{Enablement, Mode};
-use crate::plan::ours;
 use crate::quantity::Quantity;
+use crate::target::ours;
 
 /// Why podgroup-sync keeps no PodGroup for this job, if it keeps none.
 fn no_pod_group(

@@ -35,7 +35,7 @@ pub enum ExplainError {
 }
 
 /// The reasoning behind minResources: which pods of which replica types were counted.
-fn describe_min_resources(out: &mut String, gang: &gang::Gang) {
+fn describe_min_resources(out: &mut String, job: &job::Job, gang: &gang::Gang) {
     match &gang.min_resources {
         MinResources::FromPolicy(_) => {
             let _ = writeln!(
@@ -46,8 +46,13 @@ fn describe_min_resources(out: &mut String, gang: &gang::Gang) {
         MinResources::Computed(_) => {
             let _ = writeln!(
                 out,
-                "# minResources: the first {} pods by priority (highest first, ties Master, Chief, Launcher, PS, Worker, Evaluator):",
-                gang.min_member
+                "# minResources: the first {} pods by priority (highest first, ties {}):",
+                gang.min_member,
+                if job.kind.is_kubeflow() {
+                    "Master, Chief, Launcher, PS, Worker, Evaluator"
+                } else {
+                    "in the object's order"
+                }
             );
         }
     }
@@ -60,7 +65,7 @@ fn describe_min_resources(out: &mut String, gang: &gang::Gang) {
         let _ = writeln!(
             out,
             "#   {}: {} of {} pods counted, priority {}{}, each requests {{{}}}",
-            m.replica_type,
+            m.name,
             m.counted,
             m.replicas,
             m.priority,
@@ -85,7 +90,7 @@ fn describe_webhook(
         out,
         "# pod-link webhook (--webhook, namespace in mode true) adds to the pods of:"
     );
-    for r in &job.replicas {
+    for r in &job.shape.pod_sets {
         let meta = r.template.metadata.as_ref();
         let view = PodView {
             labels: meta.and_then(|m| m.labels.as_ref()),
@@ -99,7 +104,7 @@ fn describe_webhook(
             // The job CRDs prune spec.schedulingGroup from templates.
             scheduling_group: false,
         };
-        let what = if r.replica_type == "Launcher" && job.launcher_waits_for_workers {
+        let what = if !r.in_gang {
             "nothing (the launcher is outside the gang: launcherCreationPolicy WaitForWorkersReady)"
                 .to_string()
         } else {
@@ -113,7 +118,7 @@ fn describe_webhook(
                 added.join(", ")
             }
         };
-        let _ = writeln!(out, "#   {}: {what}", r.replica_type);
+        let _ = writeln!(out, "#   {}: {what}", r.name);
     }
 }
 
@@ -190,7 +195,7 @@ pub fn explain_job(
         .get("kind")
         .and_then(Value::as_str)
         .unwrap_or_default();
-    let kind: &'static JobKind = JobKind::lookup(api_version, kind_name)
+    let kind: &'static JobKind = crate::kinds::lookup(api_version, kind_name)
         .ok_or_else(|| ExplainError::UnknownKind(format!("{api_version} {kind_name}")))?;
     let mut job = job::normalize(kind, value)?;
     if job.namespace.is_empty() {
@@ -234,7 +239,7 @@ pub fn explain_job(
         gang.min_member,
         gang.rule.describe()
     );
-    describe_min_resources(&mut out, &gang);
+    describe_min_resources(&mut out, &job, &gang);
     let _ = writeln!(out, "{}", around.describe());
     let absent = b.absent_fields();
     if !absent.is_empty() {

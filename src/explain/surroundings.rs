@@ -11,7 +11,6 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::ExplainError;
-use crate::job::JobKind;
 
 /// The objects around a job that change its PodGroup.
 #[derive(Debug, Clone, Default)]
@@ -138,7 +137,7 @@ fn add(v: Value, jobs: &mut Vec<Value>, s: &mut Surroundings) -> Result<(), Expl
         ("node.k8s.io/v1", "RuntimeClass") => s.runtime_classes.push(typed(v)?),
         ("v1", "Node") => s.nodes.get_or_insert_with(Vec::new).push(typed(v)?),
         ("v1", "Namespace") => s.namespaces.push(typed(v)?),
-        _ if JobKind::lookup(api_version, kind).is_some() => jobs.push(v),
+        _ if crate::kinds::lookup(api_version, kind).is_some() => jobs.push(v),
         _ => {
             return Err(ExplainError::UnknownKind(format!("{api_version} {kind}")));
         }

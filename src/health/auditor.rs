@@ -20,10 +20,9 @@ use tracing::{debug, info, warn};
 use super::audit::{self, Finding, Owner, Stale};
 use crate::backend::{BACKENDS, BackendKind};
 use crate::caches::{CachedJob, Caches};
-use crate::controller::Readiness;
 use crate::enablement::Mode;
 use crate::events::Reason;
-use crate::job::{self, JobKind};
+use crate::liveness::Readiness;
 use crate::packed::Packed;
 use crate::plan::{Delete, PodGroups};
 use crate::reconcile::{Context, delete_pod_group};
@@ -36,7 +35,7 @@ const RETRY: Duration = Duration::from_secs(1);
 
 impl audit::Jobs for Caches {
     fn owner(&self, api_version: &str, kind: &str, namespace: &str, name: &str) -> Owner {
-        let Some(kind) = JobKind::lookup(api_version, kind) else {
+        let Some(kind) = crate::kinds::lookup(api_version, kind) else {
             return Owner::NotWatched;
         };
         match self.job(kind, namespace, name) {
@@ -44,7 +43,7 @@ impl audit::Jobs for Caches {
             CachedJob::Absent => Owner::Absent,
             CachedJob::Found(j) => Owner::Found {
                 uid: j.uid().unwrap_or_default(),
-                finished: job::finished(j.data.get("status")),
+                finished: kind.rules.finished(j.data.get("status")),
             },
         }
     }
@@ -123,13 +122,17 @@ async fn pass(ctx: &Context, reported: &mut HashSet<String>) {
     for b in BACKENDS {
         for r in [Stale::OwnerDeleted, Stale::OwnerFinished] {
             ctx.metrics
-                .stale_podgroups
+                .health
+                .stale_pod_groups
                 .with_label_values(&[b.as_str(), r.as_str()])
                 .set(foreign.get(&(b, r)).copied().unwrap_or(0));
         }
     }
     let took = started.elapsed();
-    ctx.metrics.audit_duration.observe(took.as_secs_f64());
+    ctx.metrics
+        .health
+        .audit_duration
+        .observe(took.as_secs_f64());
     let stale_foreign: i64 = foreign.values().sum();
     if deleted > 0 || stale_foreign > 0 || kept_dry_run > 0 {
         info!(
@@ -166,6 +169,7 @@ async fn delete_ours(ctx: &Context, f: &Finding) -> bool {
     match delete_pod_group(ctx, &f.namespace, &delete).await {
         Ok(()) => {
             ctx.metrics
+                .health
                 .stale_deleted
                 .with_label_values(&[f.backend.as_str(), f.reason.as_str()])
                 .inc();
@@ -188,7 +192,7 @@ async fn owner_gone(ctx: &Context, pg: &DynamicObject) -> bool {
     else {
         return true;
     };
-    let Some(kind) = JobKind::lookup(&owner.api_version, &owner.kind) else {
+    let Some(kind) = crate::kinds::lookup(&owner.api_version, &owner.kind) else {
         return false;
     };
     let api: Api<DynamicObject> = Api::namespaced_with(

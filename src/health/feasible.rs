@@ -130,7 +130,7 @@ pub fn problems(job: &Job, gang: &Gang, capacity: &Capacity) -> Vec<String> {
     let mut usable = vec![false; capacity.nodes.len()];
     for m in gang.members.iter().filter(|m| m.counted > 0) {
         let tolerations = job
-            .replica(m.replica_type)
+            .pod_set(&m.name)
             .and_then(|r| r.template.spec.as_ref())
             .and_then(|s| s.tolerations.clone())
             .unwrap_or_default();
@@ -157,7 +157,7 @@ pub fn problems(job: &Job, gang: &Gang, capacity: &Capacity) -> Vec<String> {
         if !fits {
             problems.push(format!(
                 "a {} pod requests {} and fits no schedulable node: {} of {} nodes accept its tolerations{}",
-                m.replica_type,
+                m.name,
                 show(&m.pod_request),
                 accepting,
                 capacity.nodes.len(),

@@ -3,8 +3,10 @@
 
 use serde_json::Value;
 
-use super::{JobKind, KindFields, KindRules, TRAINING_OPERATOR};
-use crate::job::{InvalidJob, Replica};
+use super::kubeflow::{
+    JOB_NAME_LABEL, Kubeflow, ReplicaRules, TRAINING_OPERATOR, require_launcher,
+};
+use crate::workload::{InvalidJob, JobKind, MinMemberRule, PodSet};
 
 pub const MPIJOB_V1: JobKind = JobKind {
     kind: "MPIJob",
@@ -14,20 +16,26 @@ pub const MPIJOB_V1: JobKind = JobKind {
     replica_specs_field: "mpiReplicaSpecs",
     replica_types: &["Launcher", "Worker"],
     default_manager: TRAINING_OPERATOR,
-    rules: &MpiV1,
+    pod_label: JOB_NAME_LABEL,
+    rules: &Kubeflow(&MpiV1),
 };
 
 /// Σ Launcher + Worker replicas (SPEC §3.1.5).
 pub struct MpiV1;
 
-impl KindRules for MpiV1 {
+impl ReplicaRules for MpiV1 {
     fn default_replicas(&self, replica_type: &str) -> u64 {
         if replica_type == "Worker" { 0 } else { 1 }
     }
 
-    fn read_spec(&self, _spec: &Value, replicas: &[Replica]) -> Result<KindFields, InvalidJob> {
-        super::require_launcher(replicas)?;
-        Ok(KindFields::default())
+    fn shape(
+        &self,
+        _spec: &Value,
+        sets: &mut [PodSet],
+        _warnings: &mut Vec<String>,
+    ) -> Result<MinMemberRule, InvalidJob> {
+        require_launcher(sets)?;
+        Ok(MinMemberRule::SumOfReplicas)
     }
 
     fn needs_every_pod(&self) -> bool {

@@ -3,9 +3,8 @@
 
 use serde_json::Value;
 
-use super::{JobKind, KindFields, KindRules};
-use crate::gang::MinMemberRule;
-use crate::job::{InvalidJob, Job, Replica};
+use super::kubeflow::{JOB_NAME_LABEL, Kubeflow, ReplicaRules, require_launcher};
+use crate::workload::{InvalidJob, JobKind, MinMemberRule, PodSet};
 
 pub const MPIJOB_V2BETA1: JobKind = JobKind {
     kind: "MPIJob",
@@ -15,48 +14,38 @@ pub const MPIJOB_V2BETA1: JobKind = JobKind {
     replica_specs_field: "mpiReplicaSpecs",
     replica_types: &["Launcher", "Worker"],
     default_manager: "kubeflow.org/mpi-operator",
-    rules: &MpiV2,
+    pod_label: JOB_NAME_LABEL,
+    rules: &Kubeflow(&MpiV2),
 };
 
 /// Workers + 1 launcher; with `WaitForWorkersReady` the workers only.
 pub struct MpiV2;
 
-impl KindRules for MpiV2 {
+impl ReplicaRules for MpiV2 {
     fn default_replicas(&self, replica_type: &str) -> u64 {
         if replica_type == "Worker" { 0 } else { 1 }
     }
 
-    fn read_spec(&self, spec: &Value, replicas: &[Replica]) -> Result<KindFields, InvalidJob> {
-        super::require_launcher(replicas)?;
-        Ok(KindFields {
-            launcher_waits_for_workers: spec.get("launcherCreationPolicy").and_then(Value::as_str)
-                == Some("WaitForWorkersReady"),
-            ..KindFields::default()
-        })
-    }
-
-    fn gang_pods(&self, job: &Job, replica: &Replica) -> Option<u64> {
-        match replica.replica_type {
-            // The launcher appears only after the workers run: counting it deadlocks the gang.
-            "Launcher" if job.launcher_waits_for_workers => None,
-            // mpi-operator runs exactly one launcher.
-            "Launcher" => Some(1),
-            _ => Some(replica.replicas),
-        }
-    }
-
-    fn min_member(
+    fn shape(
         &self,
-        job: &Job,
-        _members: &[(&Replica, u64)],
-        total: u64,
+        spec: &Value,
+        sets: &mut [PodSet],
         _warnings: &mut Vec<String>,
-    ) -> (u64, MinMemberRule) {
-        if job.launcher_waits_for_workers {
-            (total, MinMemberRule::MpiWorkersOnly)
-        } else {
-            (total, MinMemberRule::MpiWorkersPlusLauncher)
+    ) -> Result<MinMemberRule, InvalidJob> {
+        require_launcher(sets)?;
+        let waits = spec.get("launcherCreationPolicy").and_then(Value::as_str)
+            == Some("WaitForWorkersReady");
+        for set in sets.iter_mut().filter(|s| s.name == "Launcher") {
+            // mpi-operator runs exactly one launcher, which appears only after the workers run
+            // under WaitForWorkersReady: counting it then deadlocks the gang.
+            set.count = 1;
+            set.in_gang = !waits;
         }
+        Ok(if waits {
+            MinMemberRule::MpiWorkersOnly
+        } else {
+            MinMemberRule::MpiWorkersPlusLauncher
+        })
     }
 
     fn needs_every_pod(&self) -> bool {

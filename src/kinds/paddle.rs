@@ -1,7 +1,8 @@
 //! PaddleJob (training-operator, `kubeflow.org/v1`): Master and Worker, optionally elastic —
 //! its operator defaults `elasticPolicy` exactly as PyTorchJob's.
 
-use super::{ElasticRules, JobKind, TRAINING_OPERATOR};
+use super::kubeflow::{ElasticRules, JOB_NAME_LABEL, Kubeflow, TRAINING_OPERATOR};
+use crate::workload::JobKind;
 
 pub const PADDLEJOB: JobKind = JobKind {
     kind: "PaddleJob",
@@ -11,5 +12,6 @@ pub const PADDLEJOB: JobKind = JobKind {
     replica_specs_field: "paddleReplicaSpecs",
     replica_types: &["Master", "Worker"],
     default_manager: TRAINING_OPERATOR,
-    rules: &ElasticRules,
+    pod_label: JOB_NAME_LABEL,
+    rules: &Kubeflow(&ElasticRules),
 };

@@ -1,6 +1,7 @@
 //! PyTorchJob (training-operator, `kubeflow.org/v1`): Master and Worker, optionally elastic.
 
-use super::{ElasticRules, JobKind, TRAINING_OPERATOR};
+use super::kubeflow::{ElasticRules, JOB_NAME_LABEL, Kubeflow, TRAINING_OPERATOR};
+use crate::workload::JobKind;
 
 pub const PYTORCHJOB: JobKind = JobKind {
     kind: "PyTorchJob",
@@ -10,5 +11,6 @@ pub const PYTORCHJOB: JobKind = JobKind {
     replica_specs_field: "pytorchReplicaSpecs",
     replica_types: &["Master", "Worker"],
     default_manager: TRAINING_OPERATOR,
-    rules: &ElasticRules,
+    pod_label: JOB_NAME_LABEL,
+    rules: &Kubeflow(&ElasticRules),
 };

@@ -15,7 +15,7 @@ use super::link::{self, Decision, Owner, PodView, Skip};
 use super::review::{self, Request};
 use crate::backend::BACKENDS;
 use crate::caches::{CachedJob, Caches};
-use crate::reconcile::Settings;
+use crate::settings::Settings;
 
 /// How often a missing job or unsynced cache is looked at again while an admission waits.
 const POLL: Duration = Duration::from_millis(10);
@@ -399,7 +399,7 @@ mod tests {
             kind: &crate::job::PYTORCHJOB,
             name: "train".into(),
             uid: Some(uid.into()),
-            launcher: false,
+            pod_set: None,
         }
     }
 

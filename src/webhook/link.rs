@@ -13,11 +13,14 @@ use serde_json::{Value, json};
 use crate::backend::{self, BackendKind, BackendOptions, LinkKey, PodGroupBackend};
 use crate::enablement::{Enablement, Mode};
 use crate::gang::Priorities;
-use crate::job::{self, InvalidJob, JobKind, MPIJOB_V2BETA1};
-use crate::plan::{PodGroups, ours};
-use crate::reconcile::Settings;
+use crate::job::{self, InvalidJob, JobKind};
+use crate::kinds::jobset::{JOBSET_NAME_LABEL, REPLICATED_JOB_LABEL};
+use crate::kinds::ray::RAY_GROUP_LABEL;
+use crate::kinds::{JOBSET, MPIJOB_V2BETA1, RAYCLUSTER};
 use crate::resources::AdmissionDefaults;
+use crate::settings::Settings;
 use crate::target::{Around, NoPodGroup, target};
+use crate::target::{PodGroups, ours};
 
 /// Labels the Kubeflow operators put on every pod they create (training-operator and
 /// mpi-operator alike); the webhook's objectSelector requires the job-name one.
@@ -82,10 +85,20 @@ impl PodView<'_> {
 pub struct Owner {
     pub kind: &'static JobKind,
     pub name: String,
-    /// The job's UID when the pod names the job itself (not for the MPIJob launcher).
+    /// The job's UID when the pod names the job itself (not when an operator creates the pod
+    /// through a batch/v1 Job: the MPIJob launcher, a JobSet's pods).
     pub uid: Option<String>,
+    /// The pod set the pod belongs to, where it matters: the MPIJob v2beta1 launcher
+    /// (`Launcher`), a JobSet's replicated job, a RayCluster's group; `None` for the Kubeflow
+    /// operators' other pods, whose replica types all belong to the gang.
+    pub pod_set: Option<String>,
+}
+
+impl Owner {
     /// The MPIJob v2beta1 launcher, created through mpi-operator's batch/v1 Job.
-    pub launcher: bool,
+    pub fn launcher(&self) -> bool {
+        self.kind == &MPIJOB_V2BETA1 && self.pod_set.as_deref() == Some("Launcher")
+    }
 }
 
 /// Why a pod is admitted without a link (the `reason` label of the admission metric).
@@ -111,6 +124,9 @@ pub enum Skip {
     BackendNotServed,
     /// The MPIJob launcher under `launcherCreationPolicy: WaitForWorkersReady` (SPEC §3.1.4).
     LauncherOutsideGang,
+    /// A pod of a pod set that is not part of the gang (a JobSet's replicated job created only
+    /// after earlier ones are ready, a suspended Ray worker group; SPEC §11).
+    OutsideGang,
     /// A PodGroup of that name belongs to someone else (`PodGroupConflict` on the job).
     Conflict,
     /// The controller reference names a job of that name cached with another UID (a stale or
@@ -135,12 +151,13 @@ impl Skip {
             Skip::UnknownBackend => "unknown_backend",
             Skip::BackendNotServed => "backend_not_served",
             Skip::LauncherOutsideGang => "launcher_outside_gang",
+            Skip::OutsideGang => "outside_gang",
             Skip::Conflict => "conflict",
             Skip::OwnerUidMismatch => "owner_uid_mismatch",
         }
     }
 
-    pub const ALL: [Skip; 16] = [
+    pub const ALL: [Skip; 17] = [
         Skip::NotPodCreate,
         Skip::NoOwner,
         Skip::ForeignOwner,
@@ -155,6 +172,7 @@ impl Skip {
         Skip::UnknownBackend,
         Skip::BackendNotServed,
         Skip::LauncherOutsideGang,
+        Skip::OutsideGang,
         Skip::Conflict,
         Skip::OwnerUidMismatch,
     ];
@@ -199,40 +217,53 @@ pub enum Decision {
     Skipped(Skip),
 }
 
-/// The job a pod's controller reference names: a job kind directly, or mpi-operator's launcher
-/// Job, recognised by the labels mpi-operator gives the launcher pod and the name it gives the
-/// batch/v1 Job (`<mpijob>-launcher`), so no batch/v1 Job cache or API call is needed.
+/// The object a pod's controller reference leads to. Directly a kind podgroup-sync knows (a
+/// Kubeflow job, a RayCluster, an opted-in batch/v1 Job), or through the batch/v1 Job an operator
+/// made for it, recognised by the labels the operator gives the pod — the JobSet's name label, or
+/// mpi-operator's launcher labels and the name it gives the launcher's Job
+/// (`<mpijob>-launcher`) — so no batch/v1 Job cache or API call is needed.
 pub fn owner_of(pod: &PodView) -> Result<Owner, Skip> {
     let controller = pod
         .owner_references
         .iter()
         .find(|r| r.controller == Some(true))
         .ok_or(Skip::NoOwner)?;
-    if let Some(kind) = JobKind::lookup(&controller.api_version, &controller.kind) {
+    let through_job = controller.api_version == "batch/v1" && controller.kind == "Job";
+    if through_job && let Some(jobset) = pod.label(JOBSET_NAME_LABEL) {
         return Ok(Owner {
-            kind,
-            name: controller.name.clone(),
-            uid: Some(controller.uid.clone()),
-            launcher: false,
+            kind: &JOBSET,
+            name: jobset.to_string(),
+            uid: None,
+            pod_set: pod.label(REPLICATED_JOB_LABEL).map(str::to_string),
         });
     }
-    let launcher_job = controller.api_version == "batch/v1"
-        && controller.kind == "Job"
+    let launcher_job = through_job
         && pod.label(OPERATOR_NAME_LABEL) == Some(MPI_OPERATOR)
         && pod.label(JOB_ROLE_LABEL) == Some("launcher");
-    match pod.label(JOB_NAME_LABEL) {
-        Some(job)
-            if launcher_job && controller.name.strip_suffix(LAUNCHER_JOB_SUFFIX) == Some(job) =>
-        {
-            Ok(Owner {
-                kind: &MPIJOB_V2BETA1,
-                name: job.to_string(),
-                uid: None,
-                launcher: true,
-            })
-        }
-        _ => Err(Skip::ForeignOwner),
+    if launcher_job
+        && let Some(job) = pod.label(JOB_NAME_LABEL)
+        && controller.name.strip_suffix(LAUNCHER_JOB_SUFFIX) == Some(job)
+    {
+        return Ok(Owner {
+            kind: &MPIJOB_V2BETA1,
+            name: job.to_string(),
+            uid: None,
+            pod_set: Some("Launcher".into()),
+        });
     }
+    let kind = crate::kinds::lookup(&controller.api_version, &controller.kind)
+        .ok_or(Skip::ForeignOwner)?;
+    let pod_set = if kind == &RAYCLUSTER {
+        pod.label(RAY_GROUP_LABEL).map(str::to_string)
+    } else {
+        None
+    };
+    Ok(Owner {
+        kind,
+        name: controller.name.clone(),
+        uid: Some(controller.uid.clone()),
+        pod_set,
+    })
 }
 
 /// The namespace's mode as a reason to skip (only `true` namespaces get links).
@@ -295,8 +326,12 @@ pub fn decide(pod: &PodView, owner: &Owner, job: &DynamicObject, ctx: &Context) 
             });
         }
     };
-    if owner.launcher && job.launcher_waits_for_workers {
-        return Decision::Skipped(Skip::LauncherOutsideGang);
+    if owner.pod_set.as_deref().is_some_and(|s| !job.in_gang(s)) {
+        return Decision::Skipped(if owner.launcher() {
+            Skip::LauncherOutsideGang
+        } else {
+            Skip::OutsideGang
+        });
     }
     let opts = &settings.backend_options;
     let pod_groups = ctx.pod_groups;
@@ -391,6 +426,7 @@ mod tests {
     use super::*;
     use crate::backend::BACKENDS;
     use crate::enablement::Enablement;
+    use crate::kinds::BATCH_JOB;
     use crate::reconcile::ResizePolicy;
     use std::time::Duration;
 
@@ -422,6 +458,7 @@ mod tests {
             backend_options: BackendOptions::default(),
             resize: ResizePolicy::Always,
             keep_finished: false,
+            batch_jobs: false,
             gang_wait_warning: Duration::from_secs(120),
             gang_broken_after: Duration::from_secs(60),
             feasibility: false,
@@ -778,6 +815,85 @@ mod tests {
     }
 
     #[test]
+    fn rule_11_a_jobset_pod_is_found_through_its_batch_job_and_linked_by_its_replicated_job() {
+        let s = settings(BackendKind::SchedulerPlugins);
+        let template = json!({"spec": {"containers": [{"name": "c", "image": "i"}]}});
+        let jobset: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": "js", "namespace": "ns", "uid": "js-uid"},
+            "spec": {"startupPolicy": {"startupPolicyOrder": "InOrder"}, "replicatedJobs": [
+                {"name": "ps", "replicas": 1, "template": {"spec": {"template": template}}},
+                {"name": "workers", "replicas": 2, "template": {"spec": {"parallelism": 2, "template": template}}}]}}))
+        .unwrap();
+        let pod_of = |rjob: &str| {
+            let mut pod = Pod::of(owner_ref(
+                "batch/v1",
+                "Job",
+                &format!("js-{rjob}-0"),
+                "job-uid",
+            ));
+            pod.labels = Some(BTreeMap::from([
+                (JOBSET_NAME_LABEL.into(), "js".into()),
+                (REPLICATED_JOB_LABEL.into(), rjob.into()),
+                (
+                    "batch.kubernetes.io/job-name".into(),
+                    format!("js-{rjob}-0"),
+                ),
+            ]));
+            pod
+        };
+        let ps = pod_of("ps");
+        assert_eq!(
+            owner_of(&ps.view()).unwrap(),
+            Owner {
+                kind: &JOBSET,
+                name: "js".into(),
+                uid: None,
+                pod_set: Some("ps".into())
+            }
+        );
+        assert_eq!(
+            decide_for(&ps, &jobset, Some(&managed()), &s),
+            Decision::Link {
+                backend: BackendKind::SchedulerPlugins,
+                name: "js".into(),
+                additions: vec![
+                    Addition::Label("scheduling.x-k8s.io/pod-group", "js".into()),
+                    Addition::SchedulerName("scheduler-plugins-scheduler".into())
+                ]
+            }
+        );
+        // InOrder: the workers come after the gang runs; a link would hold them for nothing.
+        assert_eq!(
+            decide_for(&pod_of("workers"), &jobset, Some(&managed()), &s),
+            Decision::Skipped(Skip::OutsideGang)
+        );
+        // A batch/v1 Job pod without the JobSet's label belongs to that Job (a gang only when it
+        // asks to be one, and only with --batch-jobs).
+        let mut bare = pod_of("ps");
+        bare.labels = None;
+        assert_eq!(owner_of(&bare.view()).unwrap().kind, &BATCH_JOB);
+    }
+
+    #[test]
+    fn rule_11_a_ray_pod_names_its_cluster_directly() {
+        let mut pod = Pod::of(owner_ref("ray.io/v1", "RayCluster", "rc", "rc-uid"));
+        pod.labels = Some(BTreeMap::from([
+            ("ray.io/cluster".into(), "rc".into()),
+            (RAY_GROUP_LABEL.into(), "gpu".into()),
+        ]));
+        assert_eq!(
+            owner_of(&pod.view()).unwrap(),
+            Owner {
+                kind: &RAYCLUSTER,
+                name: "rc".into(),
+                uid: Some("rc-uid".into()),
+                pod_set: Some("gpu".into())
+            }
+        );
+    }
+
+    #[test]
     fn rule_8_the_mpijob_launcher_is_found_through_its_batch_job() {
         let s = settings(BackendKind::SchedulerPlugins);
         let mut pod = Pod::of(owner_ref("batch/v1", "Job", "mpi-launcher", "batch-uid"));
@@ -793,7 +909,7 @@ mod tests {
                 kind: &MPIJOB_V2BETA1,
                 name: "mpi".into(),
                 uid: None,
-                launcher: true
+                pod_set: Some("Launcher".into())
             }
         );
         let Decision::Link { name, .. } =
@@ -838,14 +954,15 @@ mod tests {
         assert_eq!(view(&[], None), Err(Skip::NoOwner));
         let rs = owner_ref("apps/v1", "ReplicaSet", "web-123", "u");
         assert_eq!(view(&[rs], None), Err(Skip::ForeignOwner));
-        // A batch/v1 Job that is not mpi-operator's launcher of that job.
+        // A batch/v1 Job that is not mpi-operator's launcher of that job is the plain Job.
         let labels = BTreeMap::from([
             (JOB_NAME_LABEL.into(), "mpi".into()),
             (OPERATOR_NAME_LABEL.into(), "mpi-operator".into()),
             (JOB_ROLE_LABEL.into(), "launcher".into()),
         ]);
         let other = owner_ref("batch/v1", "Job", "nightly", "u");
-        assert_eq!(view(&[other], Some(&labels)), Err(Skip::ForeignOwner));
+        let owner = view(&[other], Some(&labels)).unwrap();
+        assert_eq!((owner.kind, owner.name.as_str()), (&BATCH_JOB, "nightly"));
         // A reference that is not the controller does not count.
         let mut not_controller = owner_ref("kubeflow.org/v1", "PyTorchJob", "train", "u");
         not_controller.controller = None;

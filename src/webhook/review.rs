@@ -78,9 +78,13 @@ pub struct PodMeta {
 const MAX_PICKED: usize = 64;
 
 /// Whether the decision can read this label or annotation key: the Kubeflow operators' labels,
-/// every backend's link key and the native link's marker.
+/// the label each kind's operator names its object by and those naming a pod's set (a JobSet's
+/// replicated job, a Ray group), every backend's link key and the native link's marker.
 pub fn read_key(key: &str) -> bool {
     key.starts_with("training.kubeflow.org/")
+        || crate::kinds::KINDS.iter().any(|k| k.pod_label == key)
+        || key == crate::kinds::jobset::REPLICATED_JOB_LABEL
+        || key == crate::kinds::ray::RAY_GROUP_LABEL
         || key == crate::backend::LINKED_ANNOTATION
         || crate::backend::BACKENDS.iter().any(|b| {
             matches!(b.backend().link_key(),
@@ -303,6 +307,43 @@ mod tests {
         assert_eq!(
             parse(empty).unwrap_err(),
             "the AdmissionReview has no request"
+        );
+    }
+
+    /// The labels the pod-link decision reads survive the parse: a JobSet's pod is found
+    /// through its batch/v1 Job by the JobSet's label, not taken for the plain Job (which is
+    /// what happened when only the Kubeflow labels were kept).
+    #[test]
+    fn every_label_the_decision_reads_is_kept() {
+        let object = r#"{"metadata":{"labels":{"jobset.sigs.k8s.io/jobset-name":"js",
+            "jobset.sigs.k8s.io/replicatedjob-name":"workers","ray.io/group":"gpu",
+            "ray.io/cluster":"rc","batch.kubernetes.io/job-name":"js-workers-0","other":"x"},
+            "ownerReferences":[{"apiVersion":"batch/v1","kind":"Job","name":"js-workers-0",
+            "uid":"j","controller":true}]}}"#;
+        let body = format!(
+            r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"uid":"u",
+            "kind":{{"group":"","version":"v1","kind":"Pod"}},"operation":"CREATE","object":{object}}}}}"#
+        );
+        let request = parse(body.as_bytes()).unwrap();
+        let pod = pod(&request).unwrap();
+        let labels = pod.metadata.labels.clone().unwrap();
+        assert_eq!(labels.len(), 5, "{labels:?}");
+        let owners = pod.metadata.owner_references.clone().unwrap_or_default();
+        let view = crate::webhook::link::PodView {
+            labels: Some(&labels),
+            annotations: None,
+            owner_references: &owners,
+            scheduler_name: None,
+            scheduling_group: false,
+        };
+        let owner = crate::webhook::link::owner_of(&view).unwrap();
+        assert_eq!(
+            (
+                owner.kind.kind,
+                owner.name.as_str(),
+                owner.pod_set.as_deref()
+            ),
+            ("JobSet", "js", Some("workers"))
         );
     }
 

@@ -22,12 +22,17 @@ TRAINING_OPERATOR_VERSION=${TRAINING_OPERATOR_VERSION:-1.9.4}
 MPI_OPERATOR_VERSION=${MPI_OPERATOR_VERSION:-0.8.0}
 SCHEDULER_PLUGINS_VERSION=${SCHEDULER_PLUGINS_VERSION:-0.34.7}
 VOLCANO_VERSION=${VOLCANO_VERSION:-1.15.1}  # the proxy refuses 1.13.x and 1.14.x
+# The workloads of SPEC §11 (the same versions as tests/e2e/get-e2e-binaries.sh builds).
+JOBSET_VERSION=${JOBSET_VERSION:-0.12.0}
+LWS_VERSION=${LWS_VERSION:-0.9.0}
+KUBERAY_VERSION=${KUBERAY_VERSION:-1.6.0}
+TRAINER_VERSION=${TRAINER_VERSION:-2.2.0}
 
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
 PGS_CACHE=${PGS_CACHE:-$HOME/.cache/podgroup-sync}
 GOV=$(go env GOVERSION)
 BIN=$PGS_CACHE/bin/k8s-v$K8S_VERSION-etcd-v$ETCD_VERSION-$GOV
-CRDS=$PGS_CACHE/crds/v2-to-v$TRAINING_OPERATOR_VERSION-mpi-v$MPI_OPERATOR_VERSION-sp-v$SCHEDULER_PLUGINS_VERSION-vc-v$VOLCANO_VERSION
+CRDS=$PGS_CACHE/crds/v3-to-v$TRAINING_OPERATOR_VERSION-mpi-v$MPI_OPERATOR_VERSION-sp-v$SCHEDULER_PLUGINS_VERSION-vc-v$VOLCANO_VERSION-js-v$JOBSET_VERSION-lws-v$LWS_VERSION-ray-v$KUBERAY_VERSION-tr-v$TRAINER_VERSION
 mkdir -p "$BIN" "$CRDS" "$PGS_CACHE/src"
 
 log() { echo "[get-binaries $(date +%H:%M:%S)] $*" >&2; }
@@ -93,6 +98,15 @@ fetch_crds() {
   cp "$d/manifests/coscheduling/crd.yaml" "$CRDS/scheduler-plugins/scheduling.x-k8s.io_podgroups.yaml"  # manifests/crds/ holds symlinks, left out of module zips
   d=$(modjson "volcano.sh/volcano@v$VOLCANO_VERSION" Dir)
   cp "$d"/config/crd/volcano/bases/scheduling.volcano.sh_{podgroups,queues}.yaml "$CRDS/volcano/"
+  mkdir -p "$CRDS/workloads"
+  d=$(modjson "sigs.k8s.io/jobset@v$JOBSET_VERSION" Dir)
+  cp "$d/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml" "$CRDS/workloads/"
+  d=$(modjson "sigs.k8s.io/lws@v$LWS_VERSION" Dir)
+  cp "$d/config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml" "$CRDS/workloads/"
+  d=$(modjson "github.com/ray-project/kuberay/ray-operator@v$KUBERAY_VERSION" Dir)
+  cp "$d"/config/crd/bases/ray.io_{rayclusters,rayjobs}.yaml "$CRDS/workloads/"
+  d=$(modjson "github.com/kubeflow/trainer/v2@v$TRAINER_VERSION" Dir)
+  cp "$d/manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml" "$CRDS/workloads/"
   chmod -R u+w "$CRDS"
   touch "$CRDS/.done"
 }

@@ -19,6 +19,8 @@
 #   READY_TIMEOUT=120   seconds each component may take to become ready
 #   AUDIT=1             the API server logs every PodGroup write (user, verb, object, times) to
 #                       $W/audit.log
+#   WORKLOAD_CRDS=1     also install the JobSet, LeaderWorkerSet, RayCluster, RayJob and TrainJob
+#                       CRDs
 #   PGS_BIN_DIR, PGS_CRDS_DIR   use these directories instead of running get-binaries.sh
 #   NATIVE_GANG=1       Kubernetes' own gang scheduling: K8S_VERSION defaults to 1.37.2, the
 #                       GenericWorkload gate is on in every component, scheduling.k8s.io/v1beta1
@@ -135,6 +137,17 @@ CRD_FILES=(
   "$CRDS/volcano/scheduling.volcano.sh_podgroups.yaml"
   "$CRDS/volcano/scheduling.volcano.sh_queues.yaml"
 )
+# The other operators' CRDs (SPEC §11), 4.8 MB: only for the tests that create such objects
+# (installing them takes about 4 s of every start).
+if [ "${WORKLOAD_CRDS:-0}" = 1 ]; then
+  CRD_FILES+=(
+    "$CRDS/workloads/jobset.x-k8s.io_jobsets.yaml"
+    "$CRDS/workloads/leaderworkerset.x-k8s.io_leaderworkersets.yaml"
+    "$CRDS/workloads/ray.io_rayclusters.yaml"
+    "$CRDS/workloads/ray.io_rayjobs.yaml"
+    "$CRDS/workloads/trainer.kubeflow.org_trainjobs.yaml"
+  )
+fi
 for f in "${CRD_FILES[@]}"; do [ -f "$f" ] || { echo "start.sh: CRD file $f is missing" >&2; exit 1; }; done
 
 # --- ports and PKI ----------------------------------------------------------------------------

@@ -8,13 +8,14 @@
 # complete build, naming the recipe) and every binary are there.
 #
 # usage: get-e2e-binaries.sh [COMPONENT...]
-#   COMPONENT: kwok scheduler-plugins volcano training-operator mpi-operator (default: all, in
-#   that order). Builds run one after another (the machines have 2 cores).
+#   COMPONENT: kwok scheduler-plugins volcano training-operator mpi-operator jobset kuberay
+#   (default: these, in that order), or lws (the LeaderWorkerSet controller, built on request:
+#   no tier runs it yet). Builds run one after another (the machines have 2 cores).
 #
 # stdout: NAME=path lines, one per artefact:
 #   KWOK KWOK_STAGES KWOK_STAGE_CRD SCHEDULER_PLUGINS SCHEDULER_PLUGINS_CONTROLLER
 #   SCHEDULER_PLUGINS_CRDS VOLCANO_SCHEDULER VOLCANO_CONTROLLER_MANAGER VOLCANO_CRDS
-#   TRAINING_OPERATOR MPI_OPERATOR
+#   TRAINING_OPERATOR MPI_OPERATOR JOBSET JOBSET_CRDS LWS LWS_CRDS KUBERAY KUBERAY_CRDS
 # stderr: progress, with the wall time of each build that had to run.
 # environment: PGS_CACHE (default ~/.cache/podgroup-sync) and the variables below.
 # Measured on the 2-core machine (first build; the Go build cache already held the control
@@ -29,6 +30,11 @@ KWOK_VERSION=${KWOK_VERSION:-0.8.0}
 SCHEDULER_PLUGINS_VERSION=${SCHEDULER_PLUGINS_VERSION:-0.34.7}
 TRAINING_OPERATOR_VERSION=${TRAINING_OPERATOR_VERSION:-1.9.4}
 MPI_OPERATOR_VERSION=${MPI_OPERATOR_VERSION:-0.8.0}
+# The workloads of SPEC §11. The newest versions the proxy served on 2026-12-04 (it refused
+# jobset v0.13.0, lws v0.10.0 and ray-operator v1.7.0).
+JOBSET_VERSION=${JOBSET_VERSION:-0.12.0}
+LWS_VERSION=${LWS_VERSION:-0.9.0}
+KUBERAY_VERSION=${KUBERAY_VERSION:-1.6.0}
 # Kubernetes libraries the schedulers are built against, when not the ones their go.mod pins
 # (same minor only). scheduler-plugins v0.34.7 pins k8s 1.34.7, but the proxy refuses some of
 # its staging modules at v0.34.7 (k8s.io/cluster-bootstrap: 403); 1.34.4 is the control plane's
@@ -211,7 +217,43 @@ build_mpi_operator() {
   echo "MPI_OPERATOR=$dir/mpi-operator"
 }
 
-[ $# -gt 0 ] || set -- kwok scheduler-plugins volcano training-operator mpi-operator
+# operator DIR-NAME MODULE VERSION BINARY PKG CRD...: builds one controller-runtime operator
+# (no replace directives needed) and copies its CRDs (paths inside the module) to DIR/crds.
+build_operator() {
+  local name=$1 mod=$2 v=$3 bin=$4 pkg=$5; shift 5
+  local dir=$PGS_CACHE/bin/$name-v$v-$GOV
+  if ! built "$dir" "crds=$*" "$bin"; then
+    begin "$name v$v"
+    rm -rf "$dir"; mkdir -p "$dir/crds"
+    wrapper_build "$dir" "$name" "$mod" "$v" unused "" "-s -w" "$pkg"
+    [ -x "$dir/$bin" ] || mv "$dir/$(basename "$pkg")" "$dir/$bin"
+    local src c; src=$(modjson "$mod@v$v" Dir)
+    for c in "$@"; do cp "$src/$c" "$dir/crds/"; done
+    chmod -R u+w "$dir"
+    finish "$dir" "$name" "crds=$*"
+  fi
+  echo "$(echo "$name" | tr a-z- A-Z_)=$dir/$bin"
+  echo "$(echo "$name" | tr a-z- A-Z_)_CRDS=$dir/crds"
+}
+
+build_jobset() {
+  build_operator jobset sigs.k8s.io/jobset "$JOBSET_VERSION" jobset-controller sigs.k8s.io/jobset \
+    config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml
+}
+
+build_lws() {
+  build_operator lws sigs.k8s.io/lws "$LWS_VERSION" lws-controller sigs.k8s.io/lws/cmd \
+    config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml
+}
+
+build_kuberay() {
+  build_operator kuberay github.com/ray-project/kuberay/ray-operator "$KUBERAY_VERSION" \
+    ray-operator github.com/ray-project/kuberay/ray-operator \
+    config/crd/bases/ray.io_rayclusters.yaml config/crd/bases/ray.io_rayjobs.yaml \
+    config/crd/bases/ray.io_rayservices.yaml
+}
+
+[ $# -gt 0 ] || set -- kwok scheduler-plugins volcano training-operator mpi-operator jobset kuberay
 for c in "$@"; do
   case $c in
     kwok) build_kwok ;;
@@ -219,6 +261,9 @@ for c in "$@"; do
     volcano) build_volcano ;;
     training-operator) build_training_operator ;;
     mpi-operator) build_mpi_operator ;;
+    jobset) build_jobset ;;
+    lws) build_lws ;;
+    kuberay) build_kuberay ;;
     *) echo "get-e2e-binaries.sh: unknown component $c" >&2; exit 2 ;;
   esac
 done

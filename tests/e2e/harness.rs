@@ -51,6 +51,8 @@ static EXCLUSIVE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// The shared environment, started on first use (blocks while components start or build).
 /// Panics when it cannot start: these tests fail, they never skip.
 pub async fn env() -> &'static Env {
+    // The JobSet controller and KubeRay need their CRDs.
+    support::use_workload_crds();
     let cluster = support::cluster().await;
     match ENV.get_or_init(|| init(cluster)) {
         Ok(env) => env,
@@ -652,6 +654,9 @@ pub fn training_job(
         Kind::XGBoostJob => ("xgbReplicaSpecs", "xgboost"),
         Kind::PaddleJob => ("paddleReplicaSpecs", "paddle"),
         Kind::JAXJob => ("jaxReplicaSpecs", "jax"),
+        Kind::JobSet | Kind::RayCluster | Kind::IndexedJob => {
+            unreachable!("{kind:?}: see jobset() and raycluster()")
+        }
     };
     let mut specs = serde_json::Map::new();
     for r in replica_types {
@@ -671,6 +676,63 @@ pub fn training_job(
             spec.insert(k.clone(), v.clone());
         }
     }
+    let mut metadata = json!({"name": name});
+    if let Link::Gang(b) = link {
+        metadata["annotations"] = json!({"podgroup-sync.io/backend": b.name()});
+    }
+    json!({"apiVersion": ar.api_version, "kind": ar.kind, "metadata": metadata, "spec": spec})
+}
+
+/// A JobSet named `name` of replicated jobs `(name, replicas, pods per Job, gpus per pod)`, each
+/// Job Indexed with parallelism = completions = its pods, its pods per `link` and pinned to
+/// `pool`; `spec_extra` is merged into `spec` (e.g. a startup policy).
+pub fn jobset(
+    link: Link,
+    name: &str,
+    pool: &str,
+    jobs: &[(&'static str, u32, u32, u32)],
+    spec_extra: Value,
+) -> Value {
+    let replicated: Vec<Value> = jobs
+        .iter()
+        .map(|&(rjob, replicas, pods, gpus)| {
+            let r = self::replicas(rjob, pods, gpus);
+            let mut pod = template(link, name, pool, "main", &r);
+            pod["spec"]["restartPolicy"] = json!("Never");
+            json!({"name": rjob, "replicas": replicas, "template": {"spec": {
+                "parallelism": pods, "completions": pods, "completionMode": "Indexed",
+                "backoffLimit": 0, "template": pod}}})
+        })
+        .collect();
+    let mut spec = json!({"replicatedJobs": replicated});
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), spec_extra.as_object()) {
+        spec.extend(extra.clone());
+    }
+    workload(Kind::JobSet, link, name, spec)
+}
+
+/// A RayCluster named `name`: a head without GPUs and one worker group of `replicas` ×
+/// `hosts` pods of one GPU (minReplicas = replicas), its pods per `link`, pinned to `pool`.
+pub fn raycluster(link: Link, name: &str, pool: &str, replicas: u32, hosts: u32) -> Value {
+    let head = template(link, name, pool, "ray-head", &self::replicas("head", 1, 0));
+    let worker = template(
+        link,
+        name,
+        pool,
+        "ray-worker",
+        &self::replicas("worker", 1, 1),
+    );
+    let spec = json!({
+        "headGroupSpec": {"rayStartParams": {}, "template": head},
+        "workerGroupSpecs": [{"groupName": "gpu", "replicas": replicas, "minReplicas": replicas,
+            "maxReplicas": replicas + 2, "numOfHosts": hosts, "rayStartParams": {},
+            "template": worker}],
+    });
+    workload(Kind::RayCluster, link, name, spec)
+}
+
+fn workload(kind: Kind, link: Link, name: &str, spec: Value) -> Value {
+    let ar = kind.ar();
     let mut metadata = json!({"name": name});
     if let Link::Gang(b) = link {
         metadata["annotations"] = json!({"podgroup-sync.io/backend": b.name()});

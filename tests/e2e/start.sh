@@ -9,6 +9,8 @@
 #   volcano scheduler             --scheduler-name=volcano, the upstream default configuration
 #   training-operator v1          PyTorchJob and TFJob, gang scheduling off
 #   mpi-operator v2               MPIJob v2beta1, gang scheduling off
+#   JobSet controller             JobSets (SPEC §11), its webhooks registered on loopback
+#   KubeRay operator              RayClusters and RayJobs, batch scheduler off
 # Every process talks to the API server only, listens on loopback where it has a flag for it,
 # and is listed in WORK_DIR/pids. Two listeners cannot be moved: the training-operator's webhook
 # server (all interfaces, a free port) and the mpi-operator's health check (:8080, hardcoded).
@@ -92,12 +94,13 @@ fi
 # --- binaries ---------------------------------------------------------------------------------
 log "get-e2e-binaries.sh (cold: tens of minutes; warm: a second)"
 if [ "$E2E_NATIVE" = 1 ]; then
-  COMPONENTS=(kwok training-operator mpi-operator)
-  NEEDED=(KWOK KWOK_STAGES TRAINING_OPERATOR MPI_OPERATOR)
+  COMPONENTS=(kwok training-operator mpi-operator jobset kuberay)
+  NEEDED=(KWOK KWOK_STAGES TRAINING_OPERATOR MPI_OPERATOR JOBSET KUBERAY KUBERAY_CRDS)
 else
-  COMPONENTS=()
+  COMPONENTS=(kwok scheduler-plugins volcano training-operator mpi-operator jobset kuberay)
   NEEDED=(KWOK KWOK_STAGES SCHEDULER_PLUGINS SCHEDULER_PLUGINS_CONTROLLER SCHEDULER_PLUGINS_CRDS
-          VOLCANO_SCHEDULER VOLCANO_CONTROLLER_MANAGER VOLCANO_CRDS TRAINING_OPERATOR MPI_OPERATOR)
+          VOLCANO_SCHEDULER VOLCANO_CONTROLLER_MANAGER VOLCANO_CRDS TRAINING_OPERATOR MPI_OPERATOR
+          JOBSET KUBERAY KUBERAY_CRDS)
 fi
 out=$("$HERE/get-e2e-binaries.sh" "${COMPONENTS[@]}" </dev/null) || fail binaries "get-e2e-binaries.sh failed"
 eval "$(printf '%s\n' "$out" | grep -E '^[A-Z_]+=' | sed -E 's/^([A-Z_]+)=(.*)$/\1=\x27\2\x27/')"
@@ -117,7 +120,8 @@ kubectl() { "$CP_BIN/kubectl" --kubeconfig="$KC" "$@"; }
 # --- helpers ----------------------------------------------------------------------------------
 
 read -r KWOK_PORT NKCM_PORT SP_PORT SPC_METRICS SPC_PROBE VC_LISTEN VC_HEALTH VCM_LISTEN \
-  VCM_HEALTH TO_METRICS TO_PROBE TO_WEBHOOK < <(free_ports 12)
+  VCM_HEALTH TO_METRICS TO_PROBE TO_WEBHOOK JS_WEBHOOK JS_METRICS JS_PROBE RAY_METRICS \
+  RAY_PROBE < <(free_ports 17)
 
 # --- cluster objects the components need --------------------------------------------------------
 if [ "$E2E_NATIVE" != 1 ]; then
@@ -135,12 +139,27 @@ for ns in kubeflow mpi-operator; do
 done
 
 # --- kwok -------------------------------------------------------------------------------------
-# The upstream stages (node-initialize, pod-ready, pod-complete for Job-owned pods, pod-delete)
+# The upstream stages (node-initialize, pod-ready, pod-complete for Job-owned pods but a JobSet's,
+# pod-delete)
 # plus one of ours: a Running pod labelled e2e.podgroup-sync.io/succeed=true exits 0 after 2 s,
 # so a test decides which replica of a training job finishes (and with it the job).
+# A JobSet's pods are Job-owned too; they keep running (a test ends one with the succeed label),
+# so the scenarios see a JobSet's gang Running rather than already Completed.
 {
   for f in node-initialize pod-ready pod-complete pod-delete; do
-    cat "$KWOK_STAGES/$f.yaml"; echo "---"
+    if [ "$f" = pod-complete ]; then
+      python3 - "$KWOK_STAGES/$f.yaml" <<'PY'
+import sys
+text = open(sys.argv[1]).read()
+anchor = "    - key: '.metadata.ownerReferences.[].kind'\n"
+assert anchor in text, "kwok's pod-complete stage changed: " + sys.argv[1]
+print(text.replace(anchor, "    - key: '.metadata.labels.[\"jobset.sigs.k8s.io/jobset-name\"]'\n"
+                   "      operator: 'DoesNotExist'\n" + anchor), end="")
+PY
+    else
+      cat "$KWOK_STAGES/$f.yaml"
+    fi
+    echo "---"
   done
   cat <<'EOF'
 apiVersion: kwok.x-k8s.io/v1alpha1
@@ -317,6 +336,49 @@ start mpi-operator env -u KUBECONFIG "$MPI_OPERATOR" --kubeConfig="$KC" \
 wait_ready mpi-operator "$STARTED_PID" http_ok "http://127.0.0.1:8080/healthz"
 mpi_leading() { [ -n "$(kubectl -n mpi-operator get lease mpi-operator -o jsonpath='{.spec.holderIdentity}')" ]; }
 wait_ready mpi-operator "$STARTED_PID" mpi_leading
+
+# --- JobSet controller ------------------------------------------------------------------------
+# Its webhooks default and validate JobSets (the controller dereferences the defaults) and
+# mutate their pods; they are served on loopback with a certificate of a CA made here, and
+# registered as the upstream manifests register them (failurePolicy Fail), with URLs.
+OP_CERTS=$W/operator-certs
+mkdir -p "$OP_CERTS"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 7 -subj /CN=e2e-operators-ca \
+  -keyout "$OP_CERTS/ca.key" -out "$OP_CERTS/ca.crt" >/dev/null 2>&1 || fail jobset "openssl failed"
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=127.0.0.1 \
+  -keyout "$OP_CERTS/tls.key" -out "$OP_CERTS/tls.csr" >/dev/null 2>&1 || fail jobset "openssl failed"
+printf 'subjectAltName=IP:127.0.0.1\n' > "$OP_CERTS/san.ext"
+openssl x509 -req -in "$OP_CERTS/tls.csr" -CA "$OP_CERTS/ca.crt" -CAkey "$OP_CERTS/ca.key" \
+  -CAcreateserial -days 7 -extfile "$OP_CERTS/san.ext" -out "$OP_CERTS/tls.crt" >/dev/null 2>&1 ||
+  fail jobset "openssl failed"
+cat > "$W/jobset-config.yaml" <<EOF
+apiVersion: config.jobset.x-k8s.io/v1alpha1
+kind: Configuration
+internalCertManagement: {enable: false}
+leaderElection: {leaderElect: false}
+webhook: {port: $JS_WEBHOOK, host: 127.0.0.1, certDir: $OP_CERTS}
+metrics: {bindAddress: "127.0.0.1:$JS_METRICS"}
+health: {healthProbeBindAddress: "127.0.0.1:$JS_PROBE"}
+EOF
+log "jobset controller (probe 127.0.0.1:$JS_PROBE, webhook 127.0.0.1:$JS_WEBHOOK)"
+start jobset env -u KUBECONFIG "$JOBSET" --kubeconfig="$KC" --config="$W/jobset-config.yaml"
+wait_ready jobset "$STARTED_PID" http_ok "http://127.0.0.1:$JS_PROBE/readyz"
+python3 "$HERE/operator-webhooks.py" "$JS_WEBHOOK" "$OP_CERTS/ca.crt" > "$W/jobset-webhooks.json" ||
+  fail jobset-setup "cannot write the JobSet webhook configurations"
+kubectl apply -f "$W/jobset-webhooks.json" >"$W/jobset-setup.log" 2>&1 ||
+  fail jobset-setup "cannot register the JobSet webhooks"
+
+# --- KubeRay operator -------------------------------------------------------------------------
+# Batch scheduler off (no --enable-batch-scheduler): podgroup-sync makes the PodGroups. It also
+# watches RayServices, whose CRD the control plane does not install.
+kubectl apply --server-side --field-manager=podgroup-sync-e2e -f "$KUBERAY_CRDS/ray.io_rayservices.yaml" \
+  >"$W/kuberay-setup.log" 2>&1 || fail kuberay-setup "kubectl apply of the RayService CRD failed"
+log "kuberay operator (probe 127.0.0.1:$RAY_PROBE)"
+# --kubeconfig (controller-runtime's flag) rather than the variable: stop.sh finds a component by
+# the work directory in its argv.
+start kuberay env -u KUBECONFIG "$KUBERAY" --kubeconfig="$KC" --metrics-addr="127.0.0.1:$RAY_METRICS" \
+  --health-probe-bind-address="127.0.0.1:$RAY_PROBE" --enable-leader-election=false
+wait_ready kuberay "$STARTED_PID" http_ok "http://127.0.0.1:$RAY_PROBE/readyz"
 
 {
   printf 'export E2E_DIR=%q\n' "$W"

@@ -71,11 +71,17 @@ pub struct Release {
 }
 
 pub fn install(cluster: &Cluster, namespace: &str) -> Release {
+    install_with(cluster, namespace, &[])
+}
+
+/// [`install`] with `--set` values (e.g. an installation identity of its own).
+pub fn install_with(cluster: &Cluster, namespace: &str, sets: &[&str]) -> Release {
     let name = namespace.to_string();
-    let out = run_helm(&[
+    let chart = chart_dir();
+    let mut helm_args = vec![
         OsStr::new("install"),
         OsStr::new(&name),
-        chart_dir().as_os_str(),
+        chart.as_os_str(),
         OsStr::new("--namespace"),
         OsStr::new(namespace),
         OsStr::new("--kubeconfig"),
@@ -83,7 +89,12 @@ pub fn install(cluster: &Cluster, namespace: &str) -> Release {
         // No kubelet runs the pod; the objects are what is tested.
         OsStr::new("--wait=false"),
         OsStr::new("--timeout=120s"),
-    ]);
+    ];
+    for set in sets {
+        helm_args.push(OsStr::new("--set"));
+        helm_args.push(OsStr::new(set));
+    }
+    let out = run_helm(&helm_args);
     assert!(
         out.status.success(),
         "helm install failed:\n{}\n{}",

@@ -1,4 +1,5 @@
-//! Kubeflow jobs and PodGroups on the test control plane, as dynamic objects.
+//! Jobs (Kubeflow's, JobSets, RayClusters) and PodGroups on the test control plane, as dynamic
+//! objects.
 
 use std::time::Duration;
 
@@ -22,7 +23,16 @@ pub enum Kind {
     XGBoostJob,
     PaddleJob,
     JAXJob,
+    /// `jobset.x-k8s.io/v1alpha2`: a driver Job and one Job per worker.
+    JobSet,
+    /// `ray.io/v1`: a head and one worker group.
+    RayCluster,
+    /// `batch/v1`: an Indexed Job annotated as a gang (the controller runs with --batch-jobs).
+    IndexedJob,
 }
+
+/// The kinds of other operators (SPEC §11), through the same lifecycle rows.
+pub const WORKLOAD_KINDS: [Kind; 3] = [Kind::JobSet, Kind::RayCluster, Kind::IndexedJob];
 
 /// The kinds every lifecycle and webhook test covers (MPIJob as mpi-operator's v2beta1).
 pub const KINDS: [Kind; 6] = [
@@ -62,6 +72,15 @@ impl Kind {
             Kind::XGBoostJob => ar("kubeflow.org", "v1", "XGBoostJob", "xgboostjobs"),
             Kind::PaddleJob => ar("kubeflow.org", "v1", "PaddleJob", "paddlejobs"),
             Kind::JAXJob => ar("kubeflow.org", "v1", "JAXJob", "jaxjobs"),
+            Kind::JobSet => ar("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets"),
+            Kind::RayCluster => ar("ray.io", "v1", "RayCluster", "rayclusters"),
+            Kind::IndexedJob => ApiResource {
+                group: "batch".into(),
+                version: "v1".into(),
+                api_version: "batch/v1".into(),
+                kind: "Job".into(),
+                plural: "jobs".into(),
+            },
         }
     }
 
@@ -73,6 +92,9 @@ impl Kind {
             Kind::XGBoostJob => "xgbReplicaSpecs",
             Kind::PaddleJob => "paddleReplicaSpecs",
             Kind::JAXJob => "jaxReplicaSpecs",
+            Kind::JobSet | Kind::RayCluster | Kind::IndexedJob => {
+                unreachable!("{self:?} has no replica specs")
+            }
         }
     }
 
@@ -82,18 +104,64 @@ impl Kind {
             Kind::PyTorchJob | Kind::XGBoostJob | Kind::PaddleJob => Some("Master"),
             Kind::TFJob => Some("PS"),
             Kind::MPIJob | Kind::MPIJobV1 => Some("Launcher"),
-            Kind::JAXJob => None,
+            Kind::JAXJob | Kind::IndexedJob => None,
+            Kind::JobSet => Some("driver"),
+            Kind::RayCluster => Some("headgroup"),
         }
     }
 
-    /// A patch that sets the number of workers.
+    /// A patch that sets the number of workers (a JSON patch for the kinds whose pod sets are a
+    /// list, which a merge patch would replace whole).
     pub fn scale(&self, workers: u32) -> Value {
-        json!({"spec": {self.specs_field(): {"Worker": {"replicas": workers}}}})
+        match self {
+            Kind::JobSet | Kind::RayCluster => {
+                json!([{"op": "replace", "path": self.worker_path(), "value": workers}])
+            }
+            // An Indexed Job is elastic when completions follow parallelism.
+            Kind::IndexedJob => json!({"spec": {"parallelism": workers, "completions": workers}}),
+            _ => json!({"spec": {self.specs_field(): {"Worker": {"replicas": workers}}}}),
+        }
     }
 
     /// The replica type that scales.
     pub fn worker_path(&self) -> String {
-        format!("/spec/{}/Worker/replicas", self.specs_field())
+        match self {
+            Kind::JobSet => "/spec/replicatedJobs/1/replicas".into(),
+            Kind::RayCluster => "/spec/workerGroupSpecs/0/replicas".into(),
+            Kind::IndexedJob => "/spec/parallelism".into(),
+            _ => format!("/spec/{}/Worker/replicas", self.specs_field()),
+        }
+    }
+
+    /// A merge patch that suspends or resumes a job of this kind.
+    pub fn suspend(&self, suspend: bool) -> Value {
+        match self {
+            Kind::JobSet | Kind::RayCluster | Kind::IndexedJob => {
+                json!({"spec": {"suspend": suspend}})
+            }
+            _ => json!({"spec": {"runPolicy": {"suspend": suspend}}}),
+        }
+    }
+
+    /// A status merge patch that finishes a job of this kind (`None`: a kind that never
+    /// finishes, a RayCluster, or whose status only its controller may write: a batch/v1 Job's
+    /// is kube-controller-manager's, and the API server refuses a Complete condition without
+    /// the counts that go with it).
+    pub fn finish(&self) -> Option<Value> {
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        match self {
+            Kind::RayCluster | Kind::IndexedJob => None,
+            Kind::JobSet => Some(
+                json!({"status": {"terminalState": "Completed", "restarts": 0,
+                "conditions": [{"type": "Completed", "status": "True", "reason": "Test",
+                    "message": "done", "lastTransitionTime": now}]}}),
+            ),
+            _ => Some(
+                json!({"status": {"conditions": [{"type": "Succeeded", "status": "True",
+                "reason": "Test", "message": "done", "lastTransitionTime": now,
+                "lastUpdateTime": now}]}}),
+            ),
+        }
     }
 }
 
@@ -156,14 +224,35 @@ pub fn job(kind: Kind, backend: Backend, name: &str, workers: u32) -> Value {
         json!({"nvidia.com/gpu": 1}),
     );
     let ar = kind.ar();
-    let mut specs = json!({"Worker": {"replicas": workers, "template": worker}});
-    if let Some(head_type) = kind.head() {
-        specs[head_type] = json!({"replicas": 1, "template": head});
-    }
     let mut metadata = json!({"name": name});
     if backend == Backend::Kubernetes {
         // No template field points at the native backend: the job chooses it.
         metadata["annotations"] = json!({"podgroup-sync.io/backend": "kubernetes"});
+    }
+    let spec = match kind {
+        Kind::JobSet => json!({"replicatedJobs": [
+            {"name": "driver", "replicas": 1, "template": {"spec": {"parallelism": 1,
+                "completions": 1, "backoffLimit": 0, "template": head}}},
+            {"name": "workers", "replicas": workers, "template": {"spec": {"parallelism": 1,
+                "completions": 1, "backoffLimit": 0, "template": worker}}}]}),
+        Kind::RayCluster => json!({"headGroupSpec": {"rayStartParams": {}, "template": head},
+            "workerGroupSpecs": [{"groupName": "workers", "replicas": workers, "minReplicas": 0,
+                "maxReplicas": 100, "rayStartParams": {}, "template": worker}]}),
+        Kind::IndexedJob => {
+            metadata["annotations"]["podgroup-sync.io/gang"] = json!("true");
+            json!({"completionMode": "Indexed", "parallelism": workers, "completions": workers,
+                "backoffLimit": 0, "template": worker})
+        }
+        _ => return kubeflow_job(kind, workers, metadata, head, worker),
+    };
+    json!({"apiVersion": ar.api_version, "kind": ar.kind, "metadata": metadata, "spec": spec})
+}
+
+fn kubeflow_job(kind: Kind, workers: u32, metadata: Value, head: Value, worker: Value) -> Value {
+    let ar = kind.ar();
+    let mut specs = json!({"Worker": {"replicas": workers, "template": worker}});
+    if let Some(head_type) = kind.head() {
+        specs[head_type] = json!({"replicas": 1, "template": head});
     }
     json!({"apiVersion": ar.api_version, "kind": ar.kind, "metadata": metadata,
         "spec": {kind.specs_field(): specs, "runPolicy": {}}})
@@ -251,14 +340,19 @@ pub async fn wait_pg_gone(client: &Client, ns: &str, backend: Backend, name: &st
     .await
 }
 
-/// JSON merge patch of a job (or its status with `status: true`).
+/// JSON merge patch of a job (or its status with `status: true`); a JSON patch when `patch` is
+/// a list of operations.
 pub async fn patch(client: &Client, ns: &str, kind: Kind, name: &str, patch: Value, status: bool) {
     let api = api(client, ns, &kind.ar());
     let pp = PatchParams::default();
+    let patch = match patch {
+        Value::Array(_) => Patch::Json(serde_json::from_value(patch).expect("JSON patch")),
+        merge => Patch::Merge(merge),
+    };
     let r = if status {
-        api.patch_status(name, &pp, &Patch::Merge(&patch)).await
+        api.patch_status(name, &pp, &patch).await
     } else {
-        api.patch(name, &pp, &Patch::Merge(&patch)).await
+        api.patch(name, &pp, &patch).await
     };
     r.unwrap_or_else(|e| panic!("patch {kind:?} {name}: {e}"));
 }

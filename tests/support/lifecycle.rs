@@ -129,8 +129,7 @@ impl Gang<'_> {
 
     /// Row "job suspended": deleted; recreated with the job's current size on resume.
     pub async fn suspended_then_resumed(&self, workers: u32) {
-        self.patch(json!({"spec": {"runPolicy": {"suspend": true}}}), false)
-            .await;
+        self.patch(self.kind.suspend(true), false).await;
         wait_pg_gone(
             self.client,
             self.ns,
@@ -139,8 +138,7 @@ impl Gang<'_> {
             "job suspended",
         )
         .await;
-        self.patch(json!({"spec": {"runPolicy": {"suspend": false}}}), false)
-            .await;
+        self.patch(self.kind.suspend(false), false).await;
         let want = self.spec(workers);
         wait_pg(
             self.client,
@@ -156,13 +154,10 @@ impl Gang<'_> {
     /// Row "job condition Succeeded": the PodGroup goes (a stale Volcano PodGroup would hold
     /// queue quota).
     pub async fn finished(&self) {
-        let now = k8s_openapi::jiff::Timestamp::now().to_string();
-        self.patch(
-            json!({"status": {"conditions": [{"type": "Succeeded", "status": "True", "reason": "Test", "message": "done",
-                "lastTransitionTime": now, "lastUpdateTime": now}]}}),
-            true,
-        )
-        .await;
+        let Some(finish) = self.kind.finish() else {
+            return;
+        };
+        self.patch(finish, true).await;
         wait_pg_gone(
             self.client,
             self.ns,

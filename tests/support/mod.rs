@@ -63,6 +63,16 @@ pub fn use_native_gang() {
     NATIVE_GANG.store(true, Ordering::SeqCst);
 }
 
+/// Whether this test binary's control planes also serve the other operators' CRDs (JobSet,
+/// LeaderWorkerSet, RayCluster, RayJob, TrainJob; start.sh's WORKLOAD_CRDS=1).
+static WORKLOAD_CRDS: AtomicBool = AtomicBool::new(false);
+
+/// Makes every control plane this test binary starts serve the other operators' CRDs. Call it
+/// before the first [`cluster`] in every test of such a binary.
+pub fn use_workload_crds() {
+    WORKLOAD_CRDS.store(true, Ordering::SeqCst);
+}
+
 /// Whether [`use_native_gang`] was called.
 pub fn native_gang() -> bool {
     NATIVE_GANG.load(Ordering::SeqCst)
@@ -325,6 +335,9 @@ fn start_cluster(env: &[(&str, &str)]) -> Result<Cluster, String> {
         .arg(std::process::id().to_string());
     if native_gang() {
         command.env("NATIVE_GANG", "1");
+    }
+    if WORKLOAD_CRDS.load(Ordering::SeqCst) {
+        command.env("WORKLOAD_CRDS", "1");
     }
     command.envs(env.iter().copied());
     let tail = run_start_script(command).map_err(|(what, tail)| fail(what, &tail))?;

@@ -128,7 +128,7 @@ pub fn configuration(name: &str, port: u16, ca_pem: &str) -> MutatingWebhookConf
 /// The configuration for every namespace.
 pub fn configuration_json(name: &str, port: u16, ca_pem: &str) -> Value {
     use base64::Engine;
-    json!({
+    let mut config = json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": name},
@@ -148,7 +148,20 @@ pub fn configuration_json(name: &str, port: u16, ca_pem: &str) -> Value {
             "objectSelector": {"matchExpressions": [
                 {"key": "training.kubeflow.org/job-name", "operator": "Exists"}]},
         }],
-    })
+    });
+    // One more entry per workload operator's pod label, as the chart registers them.
+    let first = config["webhooks"][0].clone();
+    for (name, label) in [
+        ("jobset", "jobset.sigs.k8s.io/jobset-name"),
+        ("ray", "ray.io/cluster"),
+    ] {
+        let mut hook = first.clone();
+        hook["name"] = json!(format!("{name}.pod-link.podgroup-sync.io"));
+        hook["objectSelector"] =
+            json!({"matchExpressions": [{"key": label, "operator": "Exists"}]});
+        config["webhooks"].as_array_mut().unwrap().push(hook);
+    }
+    config
 }
 
 /// A namespace the webhook configuration `config` selects, with these annotations.

@@ -73,6 +73,21 @@ are only listed and watched (by caches), never fetched one by one, so "get" is n
 - apiGroups: ["kubeflow.org"]
   resources: ["pytorchjobs", "tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs"]
   verbs: ["get", "list", "watch"]
+# The workloads of other operators, read the same way: JobSets (Trainer v2's TrainJobs run as
+# JobSets) and KubeRay's RayClusters (a RayJob runs on one).
+- apiGroups: ["jobset.x-k8s.io"]
+  resources: ["jobsets"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["ray.io"]
+  resources: ["rayclusters"]
+  verbs: ["get", "list", "watch"]
+{{- if .Values.controller.batchJobs }}
+# With controller.batchJobs: batch/v1 Jobs (Indexed ones annotated podgroup-sync.io/gang="true"
+# are gangs; the others are kept as metadata only).
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["get", "list", "watch"]
+{{- end }}
 # Namespaces carry the enablement and backend annotations.
 - apiGroups: [""]
   resources: ["namespaces"]
