@@ -150,7 +150,7 @@ impl Throttle {
     pub fn new(registry: Option<&Registry>) -> Arc<Throttle> {
         let throttled = IntCounter::new(
             "podgroup_sync_api_throttled_total",
-            "Requests the API server answered 429 (Too Many Requests); each holds new requests for its Retry-After and halves the requests this process keeps in flight",
+            "Requests the API server answered 429 (Too Many Requests), watches and the Lease included; each other one holds new requests for its Retry-After and halves the requests this process keeps in flight",
         )
         .expect("metric");
         let limit = IntGauge::new(
@@ -195,6 +195,14 @@ impl Throttle {
                 _ = &mut freed => {}
                 _ = tokio::time::sleep_until(until) => {}
             }
+        }
+    }
+
+    /// Counts a 429 on a request that does not take part in the share (a watch, the Lease):
+    /// every 429 the API server sends this process is in `podgroup_sync_api_throttled_total`.
+    fn counted(&self, status: StatusCode) {
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            self.throttled.inc();
         }
     }
 
@@ -278,8 +286,10 @@ where
         };
         let Some(limit) = limit else {
             let response = self.inner.call(req);
+            let throttle = self.deadlines.throttle.clone();
             return Box::pin(async move {
                 let r = response.await.map_err(Into::into)?;
+                throttle.counted(r.status());
                 Ok(r.map(|b| TimedBody {
                     inner: b,
                     deadline: None,
@@ -289,6 +299,7 @@ where
         let until = Instant::now() + limit;
         // The Lease's requests never wait behind the others.
         let throttle = (class != Class::Lease).then(|| self.deadlines.throttle.clone());
+        let self_throttle = self.deadlines.throttle.clone();
         // The inner service is ready now (poll_ready); the call is made once a place is free.
         let response = self.inner.call(req);
         Box::pin(async move {
@@ -310,8 +321,9 @@ where
                     return Err(format!("no answer from the API server within {limit:?}").into());
                 }
             };
-            if let Some(t) = &throttle {
-                t.answered(r.status(), retry_after(&r));
+            match &throttle {
+                Some(t) => t.answered(r.status(), retry_after(&r)),
+                None => self_throttle.counted(r.status()),
             }
             drop(place);
             let deadline = Some(Box::pin(tokio::time::sleep_until(until)));

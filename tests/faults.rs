@@ -812,13 +812,26 @@ async fn api_server_throttles_the_controller_to_429() {
     )
     .await;
     let after_burst = created.elapsed();
-    let text = sc.cluster.kubectl_ok(&["get", "--raw", "/metrics"]);
-    let rejected = metric_sum(
-        &text,
-        "apiserver_flowcontrol_rejected_requests_total",
-        &[("flow_schema", "pgs-throttle")],
-    );
-    let seen = ctl.metric("podgroup_sync_api_throttled_total", &[]);
+    // The two counts are read until they agree (a 429 may be on its way back while they are
+    // read), for 10 s at most; then they must be equal.
+    let read = || {
+        let text = sc.cluster.kubectl_ok(&["get", "--raw", "/metrics"]);
+        let rejected = metric_sum(
+            &text,
+            "apiserver_flowcontrol_rejected_requests_total",
+            &[("flow_schema", "pgs-throttle")],
+        );
+        (
+            rejected,
+            ctl.metric("podgroup_sync_api_throttled_total", &[]),
+        )
+    };
+    let agreed = Instant::now() + Duration::from_secs(10);
+    let (mut rejected, mut seen) = read();
+    while seen != rejected && Instant::now() < agreed {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        (rejected, seen) = read();
+    }
     println!(
         "figure: throttling: converged {:.1} s after the last job was created; the API server rejected {rejected} of the controller's requests with 429 ({:.2} per job; the controller counted {seen}); lowest in-flight limit now {}",
         after_burst.as_secs_f64(),
