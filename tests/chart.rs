@@ -1537,38 +1537,12 @@ fn reset_lease(cluster: &Cluster, release: &Release, present: bool) {
     }
 }
 
+/// How many removals run at once, each with a release of its own.
+const REMOVALS_AT_ONCE: usize = 7;
+
 #[tokio::test]
 async fn removing_any_single_rule_makes_the_controller_name_the_missing_permission() {
     let cluster = support::cluster().await;
-    let client = cluster.client().await;
-    let release_ns = support::test_namespace(&client, "chart-rbac", &[]).await;
-    // An installation of its own (annotation key and instance): a controller missing one
-    // permission must not act on the jobs and PodGroups of the other tests' release beside it.
-    let release = install_with(
-        cluster,
-        &release_ns,
-        &[
-            "controller.annotationKey=rbac.podgroup-sync.test/enabled",
-            "controller.instance=rbac",
-        ],
-    );
-    let cluster_rules: Vec<PolicyRule> = Api::<ClusterRole>::all(client.clone())
-        .get(&release.cluster_role)
-        .await
-        .expect("ClusterRole")
-        .rules
-        .unwrap_or_default();
-    let lease_rules: Vec<PolicyRule> = Api::<Role>::namespaced(client.clone(), &release.namespace)
-        .get(&release.role)
-        .await
-        .expect("Role")
-        .rules
-        .unwrap_or_default();
-    let sa = format!(
-        "system:serviceaccount:{}:{}",
-        release.namespace, release.service_account
-    );
-
     let lease = |verb| Removal {
         lease: true,
         ..rm("coordination.k8s.io", "leases", verb)
@@ -1601,115 +1575,32 @@ async fn removing_any_single_rule_makes_the_controller_name_the_missing_permissi
         lease("create"),
     ];
 
+    // Each removal on a release of its own (its own ClusterRole, Lease, annotation key and
+    // instance, so no controller acts on another's jobs or PodGroups), a few at a time: each
+    // runs on a thread of its own with its own runtime and client.
     let mut report = String::new();
     let mut failures = Vec::new();
-    for r in &removals {
-        let (original, rules) = if r.lease {
-            (&lease_rules, without(&lease_rules, r))
-        } else {
-            (&cluster_rules, without(&cluster_rules, r))
-        };
-        assert_ne!(
-            triples(&rules),
-            triples(original),
-            "{}: not granted",
-            r.name()
-        );
-        set_rules(&client, &release, r.lease, rules).await;
-        // The authorizer sees the change (RBAC is read from a watch cache).
-        let resource = if r.group.is_empty() {
-            r.resource.to_string()
-        } else {
-            format!("{}.{}", r.resource, r.group)
-        };
-        let ns_flag = if r.lease {
-            release.namespace.clone()
-        } else {
-            "default".to_string()
-        };
-        support::wait_for(
-            &format!("RBAC without {}", r.name()),
-            Duration::from_secs(30),
-            || async {
-                let out = cluster.kubectl(&[
-                    "auth",
-                    "can-i",
-                    r.verb,
-                    &resource,
-                    "-n",
-                    &ns_flag,
-                    &format!("--as={sa}"),
-                ]);
-                (String::from_utf8_lossy(&out.stdout).trim() == "no").then_some(())
-            },
-        )
-        .await;
-
-        // Reading and renewing are needed only while the Lease exists; creating only when not.
-        reset_lease(cluster, &release, r.lease && r.verb != "create");
-        let o = without_permission(cluster, &client, &release, r).await;
-        set_rules(&client, &release, r.lease, original.clone()).await;
-
-        let verdict = match (&o.exited, &o.refusal_line, r.unused) {
-            // A leader that cannot renew steps down by exiting, by design: reported, not a crash.
-            (Some(_), Some(_), false)
-                if r.lease
-                    && (o.log_tail.contains("lost the leader Lease")
-                        || o.log_tail.contains("leader election ended")) =>
-            {
-                "clear error, then the leader stepped down (exit)"
-            }
-            (Some(status), _, _) => {
-                failures.push(format!("{}: the controller exited ({status})", r.name()));
-                "CRASH"
-            }
-            (None, Some(_), false) => "clear error",
-            (None, None, false) => {
-                failures.push(format!(
-                    "{}: no log line says {:?} (ready={}, PodGroup created={}, reconcile errors={})",
-                    r.name(),
-                    r.refusal(),
-                    o.ready,
-                    o.pod_group_created,
-                    o.reconcile_errors
-                ));
-                "SILENT"
-            }
-            (None, None, true) => "unused, no effect",
-            (None, Some(_), true) => {
-                failures.push(format!(
-                    "{}: thought unused, but the controller needs it",
-                    r.name()
-                ));
-                "USED"
-            }
-        };
-        // The leader hands over on SIGTERM whatever it is missing.
-        if o.exited.is_none() && o.sigterm_exit.is_none() {
-            failures.push(format!("{}: SIGTERM ignored (killed after 30s)", r.name()));
-        }
-        writeln!(
-            report,
-            "- {:<40} {verdict}; ready={} podgroup-created={} reconcile-errors={} sigterm={}\n    {}",
-            r.name(),
-            o.ready,
-            o.pod_group_created,
-            o.reconcile_errors,
-            match o.sigterm_exit {
-                Some(d) => format!("exited after {:.1}s", d.as_secs_f64()),
-                None if o.exited.is_some() => "(had exited)".into(),
-                None => "IGNORED (killed after 30s)".into(),
-            },
-            o.refusal_line
-                .as_deref()
-                .unwrap_or("(no refusal in the log)"),
-        )
-        .unwrap();
-        if !verdict.starts_with("clear error") && verdict != "unused, no effect" {
-            writeln!(report, "    log tail:\n{}", o.log_tail).unwrap();
+    for (wave, chunk) in removals.chunks(REMOVALS_AT_ONCE).enumerate() {
+        let threads: Vec<_> = chunk
+            .iter()
+            .enumerate()
+            .map(|(j, r)| {
+                let (r, i) = (*r, wave * REMOVALS_AT_ONCE + j);
+                std::thread::spawn(move || {
+                    tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .expect("runtime")
+                        .block_on(one_removal(cluster, i, r))
+                })
+            })
+            .collect();
+        for t in threads {
+            let (row, failed) = t.join().expect("a removal's thread panicked");
+            report.push_str(&row);
+            failures.extend(failed);
         }
     }
-    release.uninstall(cluster);
     // The table, for the record (shown with --nocapture, and on failure).
     eprintln!("RBAC removals:\n{report}");
     if let Some(dir) = &cluster.work_dir {
@@ -1720,6 +1611,140 @@ async fn removing_any_single_rule_makes_the_controller_name_the_missing_permissi
         "{}\n\nall removals:\n{report}",
         failures.join("\n")
     );
+}
+
+/// One removal, on a release installed for it: its row of the report, and what failed.
+async fn one_removal(cluster: &'static Cluster, i: usize, r: Removal) -> (String, Vec<String>) {
+    let client = cluster.client().await;
+    let release_ns = support::test_namespace(&client, &format!("chart-rbac-{i}"), &[]).await;
+    let key = format!("controller.annotationKey=rbac-{i}.podgroup-sync.test/enabled");
+    let instance = format!("controller.instance=rbac-{i}");
+    let release = install_with(cluster, &release_ns, &[&key, &instance]);
+    let original = if r.lease {
+        Api::<Role>::namespaced(client.clone(), &release.namespace)
+            .get(&release.role)
+            .await
+            .expect("Role")
+            .rules
+    } else {
+        Api::<ClusterRole>::all(client.clone())
+            .get(&release.cluster_role)
+            .await
+            .expect("ClusterRole")
+            .rules
+    }
+    .unwrap_or_default();
+    let rules = without(&original, &r);
+    assert_ne!(
+        triples(&rules),
+        triples(&original),
+        "{}: not granted",
+        r.name()
+    );
+    set_rules(&client, &release, r.lease, rules).await;
+    // The authorizer sees the change (RBAC is read from a watch cache).
+    let resource = if r.group.is_empty() {
+        r.resource.to_string()
+    } else {
+        format!("{}.{}", r.resource, r.group)
+    };
+    let ns_flag = if r.lease {
+        release.namespace.clone()
+    } else {
+        "default".to_string()
+    };
+    let sa = format!(
+        "system:serviceaccount:{}:{}",
+        release.namespace, release.service_account
+    );
+    support::wait_for(
+        &format!("RBAC without {}", r.name()),
+        Duration::from_secs(30),
+        || async {
+            let out = cluster.kubectl(&[
+                "auth",
+                "can-i",
+                r.verb,
+                &resource,
+                "-n",
+                &ns_flag,
+                &format!("--as={sa}"),
+            ]);
+            (String::from_utf8_lossy(&out.stdout).trim() == "no").then_some(())
+        },
+    )
+    .await;
+
+    // Reading and renewing are needed only while the Lease exists; creating only when not.
+    reset_lease(cluster, &release, r.lease && r.verb != "create");
+    let o = without_permission(cluster, &client, &release, &r).await;
+    release.uninstall(cluster);
+    verdict(&r, &o)
+}
+
+/// The report's row for one removal, and what failed.
+fn verdict(r: &Removal, o: &Outcome) -> (String, Vec<String>) {
+    let mut failures = Vec::new();
+    let verdict = match (&o.exited, &o.refusal_line, r.unused) {
+        // A leader that cannot renew steps down by exiting, by design: reported, not a crash.
+        (Some(_), Some(_), false)
+            if r.lease
+                && (o.log_tail.contains("lost the leader Lease")
+                    || o.log_tail.contains("leader election ended")) =>
+        {
+            "clear error, then the leader stepped down (exit)"
+        }
+        (Some(status), _, _) => {
+            failures.push(format!("{}: the controller exited ({status})", r.name()));
+            "CRASH"
+        }
+        (None, Some(_), false) => "clear error",
+        (None, None, false) => {
+            failures.push(format!(
+                "{}: no log line says {:?} (ready={}, PodGroup created={}, reconcile errors={})",
+                r.name(),
+                r.refusal(),
+                o.ready,
+                o.pod_group_created,
+                o.reconcile_errors
+            ));
+            "SILENT"
+        }
+        (None, None, true) => "unused, no effect",
+        (None, Some(_), true) => {
+            failures.push(format!(
+                "{}: thought unused, but the controller needs it",
+                r.name()
+            ));
+            "USED"
+        }
+    };
+    // The leader hands over on SIGTERM whatever it is missing.
+    if o.exited.is_none() && o.sigterm_exit.is_none() {
+        failures.push(format!("{}: SIGTERM ignored (killed after 30s)", r.name()));
+    }
+    let mut row = String::new();
+    writeln!(
+        row,
+        "- {:<40} {verdict}; ready={} podgroup-created={} reconcile-errors={} sigterm={}\n    {}",
+        r.name(),
+        o.ready,
+        o.pod_group_created,
+        o.reconcile_errors,
+        match o.sigterm_exit {
+            Some(d) => format!("exited after {:.1}s", d.as_secs_f64()),
+            None if o.exited.is_some() => "(had exited)".into(),
+            None => "IGNORED (killed after 30s)".into(),
+        },
+        o.refusal_line
+            .as_deref()
+            .unwrap_or("(no refusal in the log)"),
+    )
+    .unwrap();
+    if !verdict.starts_with("clear error") && verdict != "unused, no effect" {
+        writeln!(row, "    log tail:\n{}", o.log_tail).unwrap();
+    }
+    (row, failures)
 }
 
 /// `helm template | kubectl apply`, twice, with the certificate the controller manages: the
