@@ -46,9 +46,35 @@ struct Cli {
     /// Where RESULTS.md goes.
     #[arg(long, default_value = "target/bench/webhook")]
     out: PathBuf,
+    /// Instead of off against on: the webhook with only the Kubeflow entry against every entry
+    /// the chart registers by default (Kubeflow, JobSet, Ray), in the order A B B A so that a
+    /// drift over the run cancels out; the pods are Kubeflow pods, so the difference is what the
+    /// other entries' objectSelectors cost the API server per pod create.
+    #[arg(long)]
+    entries: bool,
     /// Passed by `cargo bench`.
     #[arg(long, hide = true)]
     bench: bool,
+}
+
+/// Which webhook configuration a phase runs with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hook {
+    Off,
+    /// Only the Kubeflow operators' entry.
+    KubeflowEntry,
+    /// Every entry the chart registers by default.
+    AllEntries,
+}
+
+impl Hook {
+    fn label(self) -> &'static str {
+        match self {
+            Hook::Off => "webhook off",
+            Hook::KubeflowEntry => "Kubeflow entry only",
+            Hook::AllEntries => "all entries (Kubeflow, JobSet, Ray)",
+        }
+    }
 }
 
 /// What one phase measured.
@@ -89,16 +115,30 @@ fn main() -> std::process::ExitCode {
 
 async fn run(cli: &Cli) -> Res<()> {
     let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let off = phase(cli, false).await?;
-    let on = phase(cli, true).await?;
-    let report = report(cli, &off, &on, load_before.trim());
+    let report = if cli.entries {
+        let mut phases = Vec::new();
+        for hook in [
+            Hook::KubeflowEntry,
+            Hook::AllEntries,
+            Hook::AllEntries,
+            Hook::KubeflowEntry,
+        ] {
+            phases.push((hook, phase(cli, hook).await?));
+        }
+        entries_report(cli, &phases, load_before.trim())
+    } else {
+        let off = phase(cli, Hook::Off).await?;
+        let on = phase(cli, Hook::AllEntries).await?;
+        report(cli, &off, &on, load_before.trim())
+    };
     println!("{report}");
     std::fs::create_dir_all(&cli.out)?;
     std::fs::write(cli.out.join("RESULTS.md"), &report)?;
     Ok(())
 }
 
-async fn phase(cli: &Cli, webhook: bool) -> Res<Phase> {
+async fn phase(cli: &Cli, hook: Hook) -> Res<Phase> {
+    let webhook = hook != Hook::Off;
     let cluster = support::private_cluster();
     let client = cluster.client().await;
     let dir = cluster.work_dir.clone().unwrap_or_else(std::env::temp_dir);
@@ -111,8 +151,15 @@ async fn phase(cli: &Cli, webhook: bool) -> Res<Phase> {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut ctl = controller::start(&cluster, None, &args);
     if webhook {
+        let mut json = wh::configuration_json("bench", port, &certs.ca_pem);
+        if hook == Hook::KubeflowEntry {
+            json["webhooks"]
+                .as_array_mut()
+                .expect("webhooks")
+                .truncate(1);
+        }
         let config: k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration =
-            serde_json::from_value(wh::configuration_json("bench", port, &certs.ca_pem))?;
+            serde_json::from_value(json)?;
         wh::register(&client, &config).await;
     }
     let ns = support::test_namespace(
@@ -166,7 +213,7 @@ async fn phase(cli: &Cli, webhook: bool) -> Res<Phase> {
     }
     let ours = ctl.metrics();
     let stats = proc_status(ctl.child.id());
-    let hook = [("name", "pod-link.podgroup-sync.io")];
+    let entry = [("name", "pod-link.podgroup-sync.io")];
     let phase = Phase {
         seconds,
         cpu,
@@ -176,8 +223,8 @@ async fn phase(cli: &Cli, webhook: bool) -> Res<Phase> {
             .map(|s| s * 1000.0),
         admission_p99_ms: quantile(&ours, "podgroup_sync_admission_duration_seconds", &[], 0.99)
             .map(|s| s * 1000.0),
-        apiserver_p50_ms: delta_quantile(&apiserver_before, &apiserver_after, &hook, 0.50),
-        apiserver_p99_ms: delta_quantile(&apiserver_before, &apiserver_after, &hook, 0.99),
+        apiserver_p50_ms: delta_quantile(&apiserver_before, &apiserver_after, &entry, 0.50),
+        apiserver_p99_ms: delta_quantile(&apiserver_before, &apiserver_after, &entry, 0.99),
         admissions: controller::metric_sum(&ours, "podgroup_sync_admissions_total", &[]),
         connections: controller::metric_sum(
             &ours,
@@ -188,7 +235,7 @@ async fn phase(cli: &Cli, webhook: bool) -> Res<Phase> {
         hwm_mib: stats.1,
         linked,
     };
-    eprintln!("webhook {webhook}: {phase:?}");
+    eprintln!("{}: {phase:?}", hook.label());
     ctl.stop();
     support::stop_cluster(&cluster);
     Ok(phase)
@@ -329,6 +376,49 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
         return f64::NAN;
     }
     sorted[((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len()) - 1]
+}
+
+/// The entries comparison: one row per phase in the order run, then the mean of each.
+fn entries_report(cli: &Cli, phases: &[(Hook, Phase)], load: &str) -> String {
+    let mut out = format!(
+        "# Pod-link webhook: what the workload operators' entries cost\n\n{} Kubeflow pods owned by {} PyTorchJobs, {} creates in flight, \
+         a fresh control plane per phase, phases in the order A B B A; {} cores; load average before the run: {load}.\n\n\
+         | phase | entries | pods/s | client p50, ms | client p99, ms | API server call p99, ms |\n|---|---|---|---|---|---|\n",
+        cli.pods,
+        cli.jobs,
+        cli.concurrency,
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    for (i, (hook, p)) in phases.iter().enumerate() {
+        out.push_str(&format!(
+            "| {} | {} | {:.0} | {:.2} | {:.2} | {} |\n",
+            i + 1,
+            hook.label(),
+            cli.pods as f64 / p.seconds,
+            p.create_p50_ms,
+            p.create_p99_ms,
+            ms(p.apiserver_p99_ms)
+        ));
+    }
+    let mean = |hook: Hook, f: &dyn Fn(&Phase) -> f64| {
+        let v: Vec<f64> = phases
+            .iter()
+            .filter(|(h, _)| *h == hook)
+            .map(|(_, p)| f(p))
+            .collect();
+        v.iter().sum::<f64>() / v.len().max(1) as f64
+    };
+    let rate = |p: &Phase| cli.pods as f64 / p.seconds;
+    let one = mean(Hook::KubeflowEntry, &rate);
+    let all = mean(Hook::AllEntries, &rate);
+    out.push_str(&format!(
+        "\nMean pods/s: {one:.0} with the Kubeflow entry only, {all:.0} with all entries ({:+.1}%); \
+         mean client p99 {:.2} ms against {:.2} ms.\n",
+        (all / one - 1.0) * 100.0,
+        mean(Hook::KubeflowEntry, &|p| p.create_p99_ms),
+        mean(Hook::AllEntries, &|p| p.create_p99_ms)
+    ));
+    out
 }
 
 fn ms(v: Option<f64>) -> String {
