@@ -4,8 +4,9 @@
 # base, assembled into an OCI image archive by hack/oci-archive.sh (Debian's umoci). The layout is the Dockerfile's: /usr/local/bin/podgroup-sync, user
 # 65532:65532, entrypoint the binary, command `run`, nothing written to the root filesystem.
 #
-# usage: hack/image.sh [--binary FILE] [--out FILE] [--tag TAG]
+# usage: hack/image.sh [--binary FILE] [--out FILE] [--tag TAG] [--build-only]
 #   --binary FILE   use this (static) binary instead of building it
+#   --build-only    build the static binary and stop (CI builds it ahead, see .ci/run)
 #   --out FILE      the OCI archive (default target/image/podgroup-sync-TAG.oci.tar)
 #   --tag TAG       the image tag (default: the crate version)
 # environment: IMAGE_TARGET_DIR (default $PGS_CACHE/cargo-target-image, PGS_CACHE defaulting to
@@ -16,13 +17,14 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 log() { echo "[image $(date +%H:%M:%S)] $*" >&2; }
 
-BINARY= OUT= TAG=
+BINARY= OUT= TAG= BUILD_ONLY=0
 while [ $# -gt 0 ]; do
   case $1 in
     --binary) BINARY=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     --tag) TAG=$2; shift 2 ;;
-    *) echo "usage: $0 [--binary FILE] [--out FILE] [--tag TAG]" >&2; exit 2 ;;
+    --build-only) BUILD_ONLY=1; shift ;;
+    *) echo "usage: $0 [--binary FILE] [--out FILE] [--tag TAG] [--build-only]" >&2; exit 2 ;;
   esac
 done
 TAG=${TAG:-$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)}
@@ -40,6 +42,7 @@ if [ -z "$BINARY" ]; then
     --bin podgroup-sync >&2
   BINARY=$target_dir/$triple/release/podgroup-sync
 fi
+[ "$BUILD_ONLY" = 0 ] || { log "built $BINARY"; exit 0; }
 if readelf -l "$BINARY" | grep -q 'Requesting program interpreter'; then
   echo "image.sh: $BINARY is dynamically linked; the image has no libc to load it" >&2; exit 1
 fi
