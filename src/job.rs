@@ -61,6 +61,7 @@ fn normalize_parts(
     let empty = Value::Object(Default::default());
     let spec = spec.unwrap_or(&empty);
     let shape = kind.rules.read(kind, spec, &meta)?;
+    let groups = kind.rules.groups(spec, status)?;
     Ok(Job {
         kind,
         name: meta.name,
@@ -69,6 +70,7 @@ fn normalize_parts(
         annotations: meta.annotations,
         shape,
         finished: kind.rules.finished(status),
+        groups,
     })
 }
 

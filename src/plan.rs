@@ -21,7 +21,7 @@ use crate::enablement::Mode;
 use crate::events::Reason;
 use crate::gang::{Gang, Priorities};
 use crate::health::feasible::{self, Capacity};
-use crate::health::{JobHealth, broken};
+use crate::health::{GangHealth, JobHealth, broken};
 use crate::job::{self, InvalidJob, Job, JobKind};
 use crate::refusal::Refusal;
 use crate::resources::AdmissionDefaults;
@@ -55,8 +55,8 @@ pub struct Input<'a> {
     pub unlinked_pods: &'a [(String, Option<String>)],
     pub settings: &'a Settings,
     pub now: Timestamp,
-    /// What this process remembers of the job's gang health (SPEC §10).
-    pub health: Option<&'a JobHealth>,
+    /// What this process remembers of the job's gang health (SPEC §10), per PodGroup.
+    pub health: Option<&'a GangHealth>,
     /// The schedulable capacity of the cluster (`None` with the feasibility check off).
     pub capacity: Option<&'a Capacity>,
     /// Every Volcano queue and its state (`None` unless the feasibility check is on and the
@@ -123,7 +123,7 @@ impl Op {
     }
 }
 
-/// The one server-side apply of a reconcile.
+/// A server-side apply of a reconcile (one per PodGroup the job gets).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Write {
     pub backend: BackendKind,
@@ -147,6 +147,8 @@ pub enum Tally {
 #[derive(Debug, Clone, PartialEq)]
 pub struct SeenPhase {
     pub backend: BackendKind,
+    /// The PodGroup's name.
+    pub name: String,
     pub uid: String,
     pub phase: Phase,
     /// Since the PodGroup was created.
@@ -158,16 +160,18 @@ pub struct SeenPhase {
 pub struct Plan {
     /// Deleted first, in this order.
     pub deletes: Vec<Delete>,
-    pub write: Option<Write>,
+    /// Applied after the deletes, in this order: at most one per PodGroup.
+    pub writes: Vec<Write>,
     /// Published on the job after the writes.
     pub events: Vec<(Reason, String)>,
     pub tallies: Vec<Tally>,
     /// The job is valid: an `InvalidSpec` it gets later is news again.
     pub valid: bool,
-    pub phase: Option<SeenPhase>,
+    /// The phase of each PodGroup the reconcile looked at.
+    pub phases: Vec<SeenPhase>,
     pub outcome: Outcome,
-    /// The gang health to remember for the job (`None`: forget it).
-    pub health: Option<JobHealth>,
+    /// The gang health to remember for the job, per PodGroup (empty: forget it).
+    pub health: GangHealth,
     /// Event reasons that are news again (a condition cleared).
     pub forget: Vec<Reason>,
     /// How many times the condition of an Event has occurred (e.g. pods left unlinked): its
@@ -179,13 +183,13 @@ impl Plan {
     fn new(outcome: Outcome) -> Self {
         Plan {
             deletes: Vec::new(),
-            write: None,
+            writes: Vec::new(),
             events: Vec::new(),
             tallies: Vec::new(),
             valid: false,
-            phase: None,
+            phases: Vec::new(),
             outcome,
-            health: None,
+            health: GangHealth::new(),
             forget: Vec::new(),
             occurrences: Vec::new(),
         }
@@ -214,6 +218,44 @@ impl Plan {
         self.forget.push(warning);
     }
 
+    /// The one write of a job of one gang (the first of several otherwise).
+    pub fn write(&self) -> Option<&Write> {
+        self.writes.first()
+    }
+
+    /// The phase of the job's one PodGroup (the first of several otherwise).
+    pub fn phase(&self) -> Option<&SeenPhase> {
+        self.phases.first()
+    }
+
+    /// What is remembered of the health of the job's one PodGroup (the first of several).
+    pub fn job_health(&self) -> Option<&JobHealth> {
+        self.health.values().next()
+    }
+
+    /// Adds what was decided for one more PodGroup of the job (`part`, planned on its own): its
+    /// writes, Events (an Event already planned is not repeated), metrics, phase and health;
+    /// the outcome is the more pressing of the two. `valid` stays the job's.
+    fn absorb(&mut self, part: Plan) {
+        self.deletes.extend(part.deletes);
+        self.writes.extend(part.writes);
+        for event in part.events {
+            if !self.events.contains(&event) {
+                self.events.push(event);
+            }
+        }
+        self.tallies.extend(part.tallies);
+        self.phases.extend(part.phases);
+        self.health.extend(part.health);
+        for reason in part.forget {
+            if !self.forget.contains(&reason) {
+                self.forget.push(reason);
+            }
+        }
+        self.occurrences.extend(part.occurrences);
+        self.outcome = more_pressing(self.outcome, part.outcome);
+    }
+
     pub fn add_invalid(&mut self, invalid: &InvalidJob) {
         self.outcome = Outcome::Invalid;
         self.tallies.push(Tally::Invalid(invalid.reason()));
@@ -222,8 +264,26 @@ impl Plan {
     }
 }
 
-/// The PodGroups podgroup-sync made for this job in its namespace, except `keep`.
-fn stale(input: &Input, keep: Option<(BackendKind, &str)>) -> Vec<Delete> {
+/// Of two outcomes of one job's PodGroups, the one the reconcile ends with: an invalid or
+/// conflicting PodGroup first, then the earliest look again.
+pub fn more_pressing(a: Outcome, b: Outcome) -> Outcome {
+    let rank = |o: &Outcome| match o {
+        Outcome::Standby => 4,
+        Outcome::Invalid => 3,
+        Outcome::Conflict => 2,
+        Outcome::RequeueAfter(_) => 1,
+        Outcome::Done => 0,
+    };
+    match (a, b) {
+        (Outcome::RequeueAfter(x), Outcome::RequeueAfter(y)) => Outcome::RequeueAfter(x.min(y)),
+        (a, b) if rank(&b) > rank(&a) => b,
+        (a, _) => a,
+    }
+}
+
+/// The PodGroups podgroup-sync made for this job in its namespace, except those of backend
+/// `keep.0` named in `keep.1`.
+fn stale(input: &Input, keep: Option<(BackendKind, &[String])>) -> Vec<Delete> {
     let uid = input.job.uid().unwrap_or_default();
     let namespace = input.job.namespace().unwrap_or_default();
     input
@@ -232,7 +292,7 @@ fn stale(input: &Input, keep: Option<(BackendKind, &str)>) -> Vec<Delete> {
         .into_iter()
         .filter(|(b, pg)| {
             pg.namespace().as_deref() == Some(namespace.as_str())
-                && keep != Some((*b, pg.name_any().as_str()))
+                && !keep.is_some_and(|(kb, names)| kb == *b && names.contains(&pg.name_any()))
                 && ours(pg, &uid, &input.settings.backend_options.instance)
         })
         .map(|(backend, pg)| Delete {
@@ -300,14 +360,16 @@ pub fn plan(input: &Input) -> Plan {
     }
 }
 
-/// An active job with its PodGroup chosen ([`target`]): report what is off in the templates,
-/// then create, update or leave the PodGroup (SPEC §3).
+/// An active job with its PodGroups chosen ([`target`]): report what is off in the templates,
+/// then create, update or leave each PodGroup (SPEC §3) — the job's one, or one per group.
 fn plan_active(input: &Input, mode: Mode, job: &Job, t: Target) -> Plan {
     let Target {
         backend: backend_kind,
         name,
+        names,
         gang,
         warnings: name_warnings,
+        grouped,
     } = t;
     let gang = &gang;
     let opts = &input.settings.backend_options;
@@ -315,39 +377,66 @@ fn plan_active(input: &Input, mode: Mode, job: &Job, t: Target) -> Plan {
     let mut plan = Plan::new(Outcome::Done);
     // A job refused before stays reported until a write succeeds.
     plan.valid = input.refused.is_none();
-    let existing = input.pod_groups.get(backend_kind, &job.namespace, &name);
+    let existing: Vec<_> = names
+        .iter()
+        .map(|n| input.pod_groups.get(backend_kind, &job.namespace, n))
+        .collect();
     let mut warnings = gang.warnings.clone();
     warnings.extend(name_warnings);
-    if let Some(spec) = existing
-        .as_ref()
-        .filter(|pg| ours(pg, &job.uid, &input.settings.backend_options.instance))
-        .and_then(|pg| pg.data.get("spec"))
-    {
-        warnings.extend(backend::immutable_changes(backend, job, gang, spec, opts));
+    let ours_spec = existing
+        .iter()
+        .flatten()
+        .filter(|pg| ours(pg, &job.uid, &opts.instance))
+        .filter_map(|pg| pg.data.get("spec"));
+    for spec in ours_spec {
+        for w in backend::immutable_changes(backend, job, gang, spec, opts) {
+            if !warnings.contains(&w) {
+                warnings.push(w);
+            }
+        }
     }
     if !warnings.is_empty() {
         plan.events
             .push((Reason::GangSpecWarning, warnings.join("; ")));
     }
+    let shown = if grouped {
+        format!("{name}-<group index>")
+    } else {
+        name.clone()
+    };
     let missing = backend::missing_links(backend, job, &name, opts, input.settings.webhook);
     if !missing.is_empty() {
         plan.events.push((
             Reason::MissingPodGroupLink,
             format!(
-                "pods of these templates will not join PodGroup {name}: {}",
+                "pods of these templates will not join PodGroup {shown}: {}",
                 missing.join("; ")
             ),
         ));
     }
-    if let Some((message, pods)) = unlinked_pods(input, mode, job, &name) {
+    if let Some((message, pods)) = unlinked_pods(input, mode, job, &shown) {
         plan.events.push((Reason::PodsNotLinked, message));
         plan.occurrences.push((Reason::PodsNotLinked, pods));
     }
     if mode == Mode::Manage {
-        // A PodGroup this job owns under another name or backend is stale.
-        plan.deletes = stale(input, Some((backend_kind, &name)));
+        // A PodGroup this job owns under another name or backend is stale (of a job of groups:
+        // one of a group that is gone).
+        plan.deletes = stale(input, Some((backend_kind, &names)));
     }
-    plan_pod_group(input, mode, job, gang, backend_kind, &name, existing, plan)
+    for (name, pg) in names.iter().zip(existing) {
+        let part = Plan::new(Outcome::Done);
+        plan.absorb(plan_pod_group(
+            input,
+            mode,
+            job,
+            gang,
+            backend_kind,
+            name,
+            pg,
+            part,
+        ));
+    }
+    plan
 }
 
 /// Pods of the gang that the pod-link webhook did not link (SPEC §8): they run outside the
@@ -370,7 +459,7 @@ fn unlinked_pods(input: &Input, mode: Mode, job: &Job, name: &str) -> Option<(St
         format!(
             "pods of this job were created without the link to PodGroup {name} and run outside the gang (the Event's count is how many); the pod-link webhook did not admit them (it was stopped or unreachable, or the job was not in its cache yet). Delete them and the operator recreates them linked: kubectl get pods -n {ns} -l {label}={job} lists the job's pods, and those without the link are the ones",
             ns = job.namespace,
-            label = crate::job::JOB_NAME_LABEL,
+            label = job.kind.pod_label,
             job = job.name,
         ),
         pods as u32,
@@ -398,7 +487,7 @@ fn plan_pod_group(
         .as_ref()
         .is_some_and(|pg| backend.phase(pg.data.get("status")) == Phase::Running);
     if mode == Mode::Manage && !running {
-        plan = feasibility(input, plan, job, gang, backend_kind, &desired["spec"]);
+        plan = feasibility(input, plan, job, gang, backend_kind, name, &desired["spec"]);
     }
     let Some(pg) = existing else {
         if mode == Mode::DryRun {
@@ -455,7 +544,7 @@ fn with_write(
         plan.add_invalid(&InvalidJob::RefusedByApiServer(r.message.clone()));
         return plan;
     }
-    plan.write = Some(Write {
+    plan.writes.push(Write {
         backend,
         name: name.to_string(),
         op,
@@ -503,9 +592,10 @@ fn feasibility(
     job: &Job,
     gang: &Gang,
     backend_kind: BackendKind,
+    name: &str,
     spec: &Value,
 ) -> Plan {
-    let mut health = plan_health(input, &plan, backend_kind);
+    let mut health = plan_health(input, &plan, backend_kind, name);
     if let Some(capacity) = input.capacity {
         let problems = feasible::problems(job, gang, capacity);
         if !problems.is_empty() {
@@ -536,15 +626,17 @@ fn feasibility(
         }
         health.queue_unavailable = problem.is_some();
     }
-    plan.health = Some(health);
+    plan.health.insert(name.to_string(), health);
     plan
 }
 
-/// The health the plan carries so far, else what was remembered (for this backend).
-fn plan_health(input: &Input, plan: &Plan, backend_kind: BackendKind) -> JobHealth {
+/// The health of PodGroup `name` the plan carries so far, else what was remembered (for this
+/// backend).
+fn plan_health(input: &Input, plan: &Plan, backend_kind: BackendKind, name: &str) -> JobHealth {
     plan.health
-        .clone()
-        .or_else(|| input.health.cloned())
+        .get(name)
+        .or_else(|| input.health.and_then(|h| h.get(name)))
+        .cloned()
         .filter(|h| h.backend == Some(backend_kind))
         .unwrap_or_else(|| JobHealth {
             backend: Some(backend_kind),
@@ -560,10 +652,11 @@ fn broken_gang(
     pg: &DynamicObject,
     min_member: u32,
 ) -> Plan {
-    let mut health = plan_health(input, &plan, backend_kind);
+    let name = pg.name_any();
+    let mut health = plan_health(input, &plan, backend_kind, &name);
     let look = broken::look(
         Some(&health.gang),
-        (&pg.uid().unwrap_or_default(), &pg.name_any()),
+        (&pg.uid().unwrap_or_default(), &name),
         backend_kind.backend().running_pods(pg.data.get("status")),
         min_member,
         input.now,
@@ -579,7 +672,7 @@ fn broken_gang(
         plan.outcome = Outcome::RequeueAfter(d);
     }
     health.gang = look.memory;
-    plan.health = Some(health);
+    plan.health.insert(name, health);
     plan
 }
 
@@ -602,8 +695,9 @@ fn status(
         .as_ref()
         .map(|t| Duration::try_from(input.now.duration_since(t.0)).unwrap_or_default())
         .unwrap_or_default();
-    plan.phase = Some(SeenPhase {
+    plan.phases.push(SeenPhase {
         backend: backend_kind,
+        name: pg.name_any(),
         uid: pg.uid().unwrap_or_default(),
         phase,
         age,
@@ -801,7 +895,7 @@ mod tests {
     }
 
     fn created(job: &Value) -> (Write, Cached) {
-        let write = managed(job, &Cached::serving_both()).write.unwrap();
+        let write = managed(job, &Cached::serving_both()).write().cloned().unwrap();
         let pgs =
             Cached::serving_both().with(write.backend, stored(&write, json!({"phase": "Running"})));
         (write, pgs)
@@ -818,7 +912,7 @@ mod tests {
     #[test]
     fn row_job_created_in_an_enabled_namespace_creates_the_pod_group() {
         let p = managed(&job(3), &Cached::serving_both());
-        let w = p.write.expect("a write");
+        let w = p.write().cloned().expect("a write");
         assert_eq!(
             (w.op, w.backend, w.name.as_str()),
             (Op::Create, BackendKind::SchedulerPlugins, "train")
@@ -838,7 +932,7 @@ mod tests {
     fn row_job_spec_change_updates_the_difference_only() {
         let (_, pgs) = created(&job(3));
         let p = managed(&job(5), &pgs);
-        let w = p.write.expect("an update");
+        let w = p.write().cloned().expect("an update");
         assert_eq!(w.op, Op::Update);
         assert_eq!(w.body["spec"]["minMember"], 5);
         assert!(
@@ -856,7 +950,7 @@ mod tests {
                 ..settings()
             };
             let p = plan_with(&job(5), Some(&annotations("true")), &pgs, &s);
-            assert_eq!(p.write, None, "{resize:?}: the size stays 3");
+            assert_eq!(p.write(), None, "{resize:?}: the size stays 3");
         }
         // A new PodGroup (after a suspend) gets the new size.
         let s = Settings {
@@ -869,14 +963,14 @@ mod tests {
             &Cached::serving_both(),
             &s,
         );
-        assert_eq!(p.write.unwrap().body["spec"]["minMember"], 5);
+        assert_eq!(p.write().cloned().unwrap().body["spec"]["minMember"], 5);
     }
 
     #[test]
     fn row_nothing_changed_writes_nothing() {
         let (_, pgs) = created(&job(3));
         let p = managed(&job(3), &pgs);
-        assert_eq!((p.write, p.deletes.len(), p.events.len()), (None, 0, 0));
+        assert_eq!((p.write(), p.deletes.len(), p.events.len()), (None, 0, 0));
         assert_eq!(p.outcome, Outcome::Done);
     }
 
@@ -896,7 +990,7 @@ mod tests {
                 }],
                 "{condition}"
             );
-            assert_eq!(p.write, None);
+            assert_eq!(p.write(), None);
             let keep = Settings {
                 keep_finished: true,
                 batch_jobs: false,
@@ -914,10 +1008,10 @@ mod tests {
         j["spec"]["runPolicy"] = json!({"suspend": true});
         let p = managed(&j, &pgs);
         assert_eq!(p.deletes.len(), 1);
-        assert_eq!(p.write, None);
+        assert_eq!(p.write(), None);
         set(&mut j, "/spec/runPolicy/suspend", json!(false));
         let p = managed(&j, &Cached::serving_both());
-        assert_eq!(p.write.unwrap().op, Op::Create);
+        assert_eq!(p.write().cloned().unwrap().op, Op::Create);
     }
 
     #[test]
@@ -927,7 +1021,7 @@ mod tests {
         j["metadata"]["deletionTimestamp"] = json!("2026-12-01T00:05:00Z");
         let p = managed(&j, &pgs);
         assert_eq!(
-            (p.write, p.deletes.len(), p.outcome),
+            (p.write(), p.deletes.len(), p.outcome),
             (None, 0, Outcome::Done)
         );
     }
@@ -935,10 +1029,10 @@ mod tests {
     #[test]
     fn row_pod_group_deleted_by_someone_while_the_job_is_active_is_recreated() {
         let (_, pgs) = created(&job(3));
-        assert_eq!(managed(&job(3), &pgs).write, None);
+        assert_eq!(managed(&job(3), &pgs).write(), None);
         // The watch of owned PodGroups takes it out of the cache: the next reconcile recreates.
         let p = managed(&job(3), &Cached::serving_both());
-        assert_eq!(p.write.unwrap().op, Op::Create);
+        assert_eq!(p.write().cloned().unwrap().op, Op::Create);
     }
 
     #[test]
@@ -947,7 +1041,7 @@ mod tests {
         let mut j = job(3);
         j["metadata"]["uid"] = json!("job-uid-2");
         let p = managed(&j, &pgs);
-        assert_eq!(p.write, None);
+        assert_eq!(p.write(), None);
         assert!(p.deletes.is_empty());
         assert_eq!(p.outcome, Outcome::Conflict);
         assert_eq!(p.tallies, vec![Tally::Conflict]);
@@ -964,7 +1058,7 @@ mod tests {
         for off in [Some(annotations("false")), Some(annotations("yes")), None] {
             let p = plan_with(&job(3), off.as_ref(), &pgs, &settings());
             assert_eq!(p.deletes.len(), 1, "{off:?}");
-            assert_eq!(p.write, None);
+            assert_eq!(p.write(), None);
         }
     }
 
@@ -972,7 +1066,7 @@ mod tests {
     fn row_namespace_in_dry_run_reports_and_never_writes() {
         let dry = annotations("dry-run");
         let p = plan_with(&job(3), Some(&dry), &Cached::serving_both(), &settings());
-        assert_eq!(p.write, None);
+        assert_eq!(p.write(), None);
         assert_eq!(reasons(&p), vec![Reason::WouldCreatePodGroup]);
         assert!(
             p.events[0].1.contains("\"minMember\":3"),
@@ -982,7 +1076,7 @@ mod tests {
         let (_, pgs) = created(&job(3));
         let p = plan_with(&job(4), Some(&dry), &pgs, &settings());
         assert_eq!(
-            (p.write.clone(), reasons(&p)),
+            (p.write(), reasons(&p)),
             (None, vec![Reason::WouldUpdatePodGroup])
         );
         // Finishing in dry-run deletes nothing.
@@ -1006,7 +1100,7 @@ mod tests {
         };
         assert!(
             plan_with(&job(2), None, &Cached::serving_both(), &s)
-                .write
+                .write()
                 .is_some()
         );
         // The annotation still decides where it is set.
@@ -1017,7 +1111,7 @@ mod tests {
                 &Cached::serving_both(),
                 &s
             )
-            .write
+            .write()
             .is_none()
         );
     }
@@ -1035,7 +1129,7 @@ mod tests {
             [("example.com/gang".to_string(), "true".to_string())].into();
         assert!(
             plan_with(&job(2), Some(&ns), &Cached::serving_both(), &s)
-                .write
+                .write()
                 .is_some()
         );
         assert!(
@@ -1045,7 +1139,7 @@ mod tests {
                 &Cached::serving_both(),
                 &s
             )
-            .write
+            .write()
             .is_none()
         );
     }
@@ -1056,7 +1150,7 @@ mod tests {
         let mut j = job(3);
         j["metadata"]["annotations"] = json!({"podgroup-sync.io/enabled": "false"});
         let p = managed(&j, &pgs);
-        assert_eq!((p.write, p.deletes.len()), (None, 1));
+        assert_eq!((p.write(), p.deletes.len()), (None, 1));
     }
 
     #[test]
@@ -1064,9 +1158,9 @@ mod tests {
         let mut j = job(3);
         j["spec"]["runPolicy"] = json!({"managedBy": "kueue.x-k8s.io/multikueue"});
         let p = managed(&j, &Cached::serving_both());
-        assert_eq!((p.write, p.events.len()), (None, 0));
+        assert_eq!((p.write(), p.events.len()), (None, 0));
         j["spec"]["runPolicy"]["managedBy"] = json!("kubeflow.org/training-operator");
-        assert!(managed(&j, &Cached::serving_both()).write.is_some());
+        assert!(managed(&j, &Cached::serving_both()).write().is_some());
     }
 
     #[test]
@@ -1086,7 +1180,7 @@ mod tests {
                 ns.insert("podgroup-sync.io/backend".into(), b.into());
             }
             plan_with(&j, Some(&ns), &Cached::serving_both(), &settings())
-                .write
+                .write()
                 .unwrap()
                 .backend
         };
@@ -1110,7 +1204,7 @@ mod tests {
         let mut j = job(2);
         j["metadata"]["annotations"] = json!({"podgroup-sync.io/backend": "kai"});
         let p = managed(&j, &Cached::serving_both());
-        assert_eq!((&p.write, p.outcome), (&None, Outcome::Invalid));
+        assert_eq!((&p.write(), p.outcome), (&None, Outcome::Invalid));
         assert_eq!(reasons(&p), vec![Reason::InvalidBackend]);
         assert_eq!(p.tallies, vec![Tally::Invalid("InvalidBackend")]);
     }
@@ -1118,7 +1212,7 @@ mod tests {
     #[test]
     fn rule_2_a_backend_whose_crd_is_not_served_is_reported_and_looked_at_again() {
         let p = managed(&job(2), &Cached::default());
-        assert_eq!(p.write, None);
+        assert_eq!(p.write(), None);
         assert_eq!(reasons(&p), vec![Reason::BackendUnavailable]);
         assert_eq!(
             p.tallies,
@@ -1135,7 +1229,7 @@ mod tests {
             "spec": {"minMember": 1}});
         let pgs = Cached::serving_both().with(BackendKind::SchedulerPlugins, theirs);
         let p = managed(&job(3), &pgs);
-        assert_eq!((p.write, p.outcome), (None, Outcome::Conflict));
+        assert_eq!((p.write(), p.outcome), (None, Outcome::Conflict));
         assert!(
             p.events[0].1.contains("not made by podgroup-sync"),
             "{}",
@@ -1172,7 +1266,7 @@ mod tests {
             let p = plan_with(&job(3), Some(&annotations("true")), &pgs, &s);
             if ours {
                 assert_eq!(p.outcome, Outcome::Done, "{instance}: {labels}");
-                let w = p.write.expect("resized");
+                let w = p.write().cloned().expect("resized");
                 let written = &w.body["metadata"]["labels"];
                 assert_eq!(
                     written
@@ -1182,7 +1276,7 @@ mod tests {
                 );
             } else {
                 assert_eq!(
-                    (&p.write, p.outcome),
+                    (&p.write(), p.outcome),
                     (&None, Outcome::Conflict),
                     "{instance}: {labels}"
                 );
@@ -1198,7 +1292,7 @@ mod tests {
         let mut j = job(2);
         j["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"] = json!({});
         let p = managed(&j, &Cached::serving_both());
-        assert!(p.write.is_some());
+        assert!(p.write().is_some());
         assert_eq!(reasons(&p), vec![Reason::MissingPodGroupLink]);
     }
 
@@ -1211,7 +1305,7 @@ mod tests {
             ..settings()
         };
         let p = plan_with(&j, Some(&annotations("true")), &Cached::serving_both(), &s);
-        assert!(p.write.is_some());
+        assert!(p.write().is_some());
         assert_eq!(reasons(&p), vec![], "{:?}", p.events);
         // A schedulerName that does not reach the backend is still reported: the webhook never
         // changes one the pod asks for.
@@ -1274,7 +1368,7 @@ mod tests {
         );
         assert_eq!(more.events, p.events);
         assert_eq!(more.occurrences, vec![(Reason::PodsNotLinked, 3)]);
-        assert!(p.write.is_some(), "the PodGroup is still made");
+        assert!(p.write().is_some(), "the PodGroup is still made");
         // Not without the webhook (MissingPodGroupLink covers templates then), not in dry-run.
         let off = plan_unlinked(
             &job(2),
@@ -1312,13 +1406,13 @@ mod tests {
                 .collect::<Vec<_>>(),
             vec!["old-name"]
         );
-        assert_eq!(p.write.unwrap().op, Op::Create);
+        assert_eq!(p.write().cloned().unwrap().op, Op::Create);
     }
 
     #[test]
     fn rule_3_an_invalid_job_gets_an_invalid_spec_event_and_no_write() {
         let p = managed(&job(0), &Cached::serving_both());
-        assert_eq!((&p.write, p.outcome), (&None, Outcome::Invalid));
+        assert_eq!((&p.write(), p.outcome), (&None, Outcome::Invalid));
         assert_eq!(reasons(&p), vec![Reason::InvalidSpec]);
         assert_eq!(p.tallies, vec![Tally::Invalid("ZeroReplicas")]);
         assert!(!p.valid);
@@ -1333,9 +1427,10 @@ mod tests {
     #[test]
     fn rule_3_an_object_the_api_server_refused_is_not_sent_again_until_it_changes() {
         let body = managed(&job(3), &Cached::serving_both())
-            .write
+            .write()
             .unwrap()
-            .body;
+            .body
+            .clone();
         let refused = Refusal::of(
             422,
             "spec.minMember: Invalid value",
@@ -1352,7 +1447,7 @@ mod tests {
             Some(&refused),
             true,
         );
-        assert_eq!((&p.write, p.outcome), (&None, Outcome::Invalid));
+        assert_eq!((&p.write(), p.outcome), (&None, Outcome::Invalid));
         assert!(p.events[0].1.contains("spec.minMember: Invalid value"));
         // A job change that alters the object is sent.
         let p = plan_full(
@@ -1363,7 +1458,7 @@ mod tests {
             Some(&refused),
             true,
         );
-        assert!(p.write.is_some());
+        assert!(p.write().is_some());
         assert!(
             !p.valid,
             "the old refusal stays reported until a write succeeds"
@@ -1393,7 +1488,7 @@ mod tests {
         };
         let p = managed(&job(3), &pending("2026-12-01T00:09:00Z"));
         assert_eq!(p.outcome, Outcome::RequeueAfter(Duration::from_secs(241)));
-        assert_eq!(p.phase.as_ref().map(|s| s.phase), Some(Phase::Pending));
+        assert_eq!(p.phase().map(|s| s.phase), Some(Phase::Pending));
         let p = managed(&job(3), &pending("2026-12-01T00:00:00Z"));
         assert_eq!(reasons(&p), vec![Reason::GangWaiting]);
         assert_eq!(p.outcome, Outcome::Done);
@@ -1403,7 +1498,7 @@ mod tests {
     fn rule_5_volcano_unschedulable_conditions_are_mirrored() {
         let mut j = job(2);
         j["metadata"]["annotations"] = json!({"podgroup-sync.io/backend": "volcano"});
-        let w = managed(&j, &Cached::serving_both()).write.unwrap();
+        let w = managed(&j, &Cached::serving_both()).write().cloned().unwrap();
         let pg = stored(
             &w,
             json!({"phase": "Pending", "conditions": [
@@ -1432,7 +1527,7 @@ mod tests {
     fn rule_9_native_pod_group_has_min_count_and_needs_the_webhook() {
         let (j, served) = native_job(2);
         let p = managed(&j, &served);
-        let w = p.write.as_ref().expect("a write");
+        let w = p.write().expect("a write");
         assert_eq!((w.op, w.backend), (Op::Create, BackendKind::Kubernetes));
         assert_eq!(w.body["apiVersion"], "scheduling.k8s.io/v1beta1");
         assert_eq!(
@@ -1446,14 +1541,14 @@ mod tests {
             ..settings()
         };
         let p = plan_with(&j, Some(&annotations("true")), &served, &webhook);
-        assert!(p.write.is_some());
+        assert!(p.write().is_some());
         assert_eq!(reasons(&p), vec![]);
     }
 
     #[test]
     fn rule_9_native_server_defaults_are_kept_and_min_count_follows_the_job() {
         let (j, served) = native_job(2);
-        let w = managed(&j, &served).write.unwrap();
+        let w = managed(&j, &served).write().cloned().unwrap();
         // What the API server stores: the Priority admission plugin fills in the default class
         // and the priority; defaulting adds disruptionMode.
         let mut pg = stored(&w, json!({}));
@@ -1466,12 +1561,12 @@ mod tests {
         meta.remove("kind");
         let cached = served.with(BackendKind::Kubernetes, pg);
         let p = managed(&j, &cached);
-        assert!(p.write.is_none(), "nothing changed: {:?}", p.write);
+        assert!(p.write().is_none(), "nothing changed: {:?}", p.write());
         assert_eq!(reasons(&p), vec![Reason::MissingPodGroupLink]);
-        assert_eq!(p.phase.unwrap().phase, Phase::Pending);
+        assert_eq!(p.phase().cloned().unwrap().phase, Phase::Pending);
         // Scaled: minCount follows, the immutable class stays as stored.
         let p = managed(&native_job(3).0, &cached);
-        let w = p.write.expect("an update");
+        let w = p.write().cloned().expect("an update");
         assert_eq!(w.op, Op::Update);
         assert_eq!(
             w.body["spec"],
@@ -1488,20 +1583,20 @@ mod tests {
             &cached,
             &never,
         );
-        assert!(p.write.is_none(), "{:?}", p.write);
+        assert!(p.write().is_none(), "{:?}", p.write());
     }
 
     #[test]
     fn rule_9_a_class_change_the_server_would_refuse_is_reported_not_sent() {
         let (mut j, served) = native_job(2);
-        let w = managed(&j, &served).write.unwrap();
+        let w = managed(&j, &served).write().cloned().unwrap();
         let mut pg = stored(&w, json!({}));
         pg["spec"]["priorityClassName"] = json!("low");
         let cached = served.with(BackendKind::Kubernetes, pg);
         j["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["priorityClassName"] =
             json!("high");
         let p = managed(&j, &cached);
-        assert!(p.write.is_none(), "{:?}", p.write);
+        assert!(p.write().is_none(), "{:?}", p.write());
         let warning = p
             .events
             .iter()
@@ -1519,7 +1614,7 @@ mod tests {
     #[test]
     fn rule_9_native_unschedulable_condition_is_mirrored() {
         let (j, served) = native_job(2);
-        let w = managed(&j, &served).write.unwrap();
+        let w = managed(&j, &served).write().cloned().unwrap();
         let pg = stored(
             &w,
             json!({"conditions": [{"type": "PodGroupInitiallyScheduled", "status": "False",
@@ -1545,6 +1640,8 @@ mod tests {
         let obj: DynamicObject = serde_json::from_value(job.clone()).unwrap();
         let s = settings();
         let ns = annotations("true");
+        // Remembered of the job's one PodGroup, named after the job.
+        let health = health.map(|h| GangHealth::from([("train".to_string(), h.clone())]));
         plan(&Input {
             kind: crate::kinds::lookup("kubeflow.org/v1", "PyTorchJob").unwrap(),
             job: &obj,
@@ -1557,7 +1654,7 @@ mod tests {
             unlinked_pods: &[],
             settings: &s,
             now: "2026-12-01T00:10:00Z".parse().unwrap(),
-            health,
+            health: health.as_ref(),
             capacity,
             queues,
         })
@@ -1589,11 +1686,11 @@ mod tests {
             p.events
         );
         assert_eq!(
-            p.write.as_ref().map(|w| w.op),
+            p.write().as_ref().map(|w| w.op),
             Some(Op::Create),
             "never blocks"
         );
-        let remembered = p.health.clone().unwrap();
+        let remembered = p.job_health().cloned().unwrap();
         assert!(remembered.infeasible);
         let p = plan_health(
             &job(3),
@@ -1604,7 +1701,7 @@ mod tests {
         );
         assert_eq!(reasons(&p), [Reason::GangFeasible]);
         assert_eq!(p.forget, [Reason::GangInfeasible]);
-        assert!(!p.health.unwrap().infeasible);
+        assert!(!p.job_health().cloned().unwrap().infeasible);
         // A running gang is not judged.
         let (_, running) = created(&job(3));
         let p = plan_health(&job(3), &running, None, Some(&cpu_node("1")), None);
@@ -1631,7 +1728,7 @@ mod tests {
         let p = plan_health(
             &j,
             &Cached::serving_both(),
-            p.health.as_ref(),
+            p.job_health(),
             None,
             Some(&open),
         );
@@ -1644,7 +1741,7 @@ mod tests {
     #[test]
     fn rule_10_a_gang_that_ran_whole_and_runs_short_is_broken_after_the_threshold() {
         let j = job(3);
-        let w = managed(&j, &Cached::serving_both()).write.unwrap();
+        let w = managed(&j, &Cached::serving_both()).write().cloned().unwrap();
         let with = |status: Value| Cached::serving_both().with(w.backend, stored(&w, status));
         let whole = plan_health(
             &j,
@@ -1653,13 +1750,13 @@ mod tests {
             None,
             None,
         );
-        let h = whole.health.unwrap();
+        let h = whole.job_health().cloned().unwrap();
         assert!(h.gang.ran && whole.events.is_empty());
         let short = with(json!({"phase": "Running", "running": 2}));
         let p = plan_health(&j, &short, Some(&h), None, None);
         assert!(reasons(&p).is_empty());
         assert_eq!(p.outcome, Outcome::RequeueAfter(Duration::from_secs(61)));
-        let mut h = p.health.unwrap();
+        let mut h = p.job_health().cloned().unwrap();
         h.gang.short_since = Some("2026-12-01T00:08:00Z".parse().unwrap());
         let p = plan_health(&j, &short, Some(&h), None, None);
         assert_eq!(reasons(&p), [Reason::GangBroken]);
@@ -1671,7 +1768,7 @@ mod tests {
         let p = plan_health(
             &j,
             &with(json!({"phase": "Running", "running": 3})),
-            p.health.as_ref(),
+            p.job_health(),
             None,
             None,
         );

@@ -21,7 +21,7 @@ use tracing::{debug, info, warn};
 use crate::backend::{BackendKind, Phase};
 use crate::caches::Caches;
 use crate::events::{EventError, Events, Reason};
-use crate::health::JobHealth;
+use crate::health::GangHealth;
 use crate::job::{InvalidJob, JobKind};
 use crate::liveness::InFlight;
 use crate::metrics::Metrics;
@@ -47,7 +47,7 @@ pub struct Context {
     /// only, so a restart does not record every running gang with its whole age.
     waiting_seen: Mutex<std::collections::HashSet<String>>,
     /// Gang health per job UID (SPEC §10): what a PodGroup's status does not remember.
-    health: Mutex<HashMap<String, JobHealth>>,
+    health: Mutex<HashMap<String, GangHealth>>,
     /// False on a standby replica: it computes nothing and writes nothing.
     pub leading: tokio::sync::watch::Receiver<bool>,
     pub in_flight: Arc<InFlight>,
@@ -159,15 +159,13 @@ impl Context {
         self.events.forget_object(uid);
     }
     /// Keeps (or forgets) what the plan says to remember of a job's gang health.
-    fn remember_health(&self, uid: &str, health: Option<JobHealth>) {
+    fn remember_health(&self, uid: &str, mut health: GangHealth) {
+        health.retain(|_, h| !h.is_blank());
         let mut map = self.health.lock().expect("lock");
-        match health {
-            Some(h) if !h.is_blank() => {
-                map.insert(uid.to_string(), h);
-            }
-            _ => {
-                map.remove(uid);
-            }
+        if health.is_empty() {
+            map.remove(uid);
+        } else {
+            map.insert(uid.to_string(), health);
         }
     }
 
@@ -178,7 +176,7 @@ impl Context {
         let mut map = self.health.lock().expect("lock");
         // A deleted job is not reconciled again; its PodGroups go with it.
         map.retain(|uid, _| !self.caches.owned.owned_by(uid).is_empty());
-        for h in map.values() {
+        for h in map.values().flat_map(|g| g.values()) {
             let Some(b) = h.backend else { continue };
             for (on, what) in [
                 (h.gang.broken, "broken"),
@@ -304,54 +302,8 @@ async fn execute(
     for delete in &plan.deletes {
         delete_pod_group(ctx, &namespace, delete).await?;
     }
-    if let Some(write) = plan.write.take() {
-        match apply(ctx, &namespace, &write).await {
-            Ok(()) => {
-                ctx.refused.lock().expect("lock").remove(&uid);
-                if write.op == Op::Create {
-                    created(obj, ctx, &write);
-                }
-            }
-            // A PodGroup of that name appeared since the cache looked: decide once the watch
-            // has brought it in.
-            Err(Error::Write {
-                source: kube::Error::Api(e),
-                ..
-            }) if e.code == 409 && write.op == Op::Create => {
-                plan.outcome = Outcome::RequeueAfter(Duration::from_secs(1));
-            }
-            // Refused: by the schema (a value the job's spec gave; not sent again until it
-            // changes), or at admission (sent again with a backoff; see `refusal`).
-            Err(Error::Write {
-                source: kube::Error::Api(e),
-                action,
-                namespace: ns,
-                name,
-            }) => {
-                let before = ctx.refusal(&uid);
-                let Some(refusal) = Refusal::of(
-                    e.code,
-                    &e.message,
-                    write.body,
-                    before.as_ref(),
-                    Instant::now(),
-                ) else {
-                    let source = kube::Error::Api(e);
-                    return Err(Error::Write {
-                        action,
-                        namespace: ns,
-                        name,
-                        source,
-                    });
-                };
-                refused(&mut plan, &namespace, &write.name, &refusal);
-                ctx.refused
-                    .lock()
-                    .expect("lock")
-                    .insert(uid.clone(), refusal);
-            }
-            Err(e) => return Err(e),
-        }
+    for write in std::mem::take(&mut plan.writes) {
+        execute_write(obj, ctx, &mut plan, write).await?;
     }
     if plan.valid {
         ctx.events.forget(&uid, &[Reason::InvalidSpec]);
@@ -359,8 +311,8 @@ async fn execute(
     if !plan.forget.is_empty() {
         ctx.events.forget(&uid, &plan.forget);
     }
-    ctx.remember_health(&uid, plan.health.take());
-    if let Some(seen) = &plan.phase {
+    ctx.remember_health(&uid, std::mem::take(&mut plan.health));
+    for seen in &plan.phases {
         ctx.saw_phase(seen);
     }
     count(ctx, &plan.tallies);
@@ -368,18 +320,72 @@ async fn execute(
     Ok(plan.outcome)
 }
 
+/// Applies one PodGroup of a plan; a refusal is reported on the plan (and remembered), a
+/// create that found the PodGroup made since the cache looked is looked at again.
+async fn execute_write(
+    obj: &DynamicObject,
+    ctx: &Context,
+    plan: &mut Plan,
+    write: Write,
+) -> Result<(), Error> {
+    let namespace = obj.namespace().unwrap_or_default();
+    let uid = obj.uid().unwrap_or_default();
+    match apply(ctx, &namespace, &write).await {
+        Ok(()) => {
+            ctx.refused.lock().expect("lock").remove(&uid);
+            if write.op == Op::Create {
+                created(obj, ctx, &write);
+            }
+        }
+        // A PodGroup of that name appeared since the cache looked: decide once the watch
+        // has brought it in.
+        Err(Error::Write {
+            source: kube::Error::Api(e),
+            ..
+        }) if e.code == 409 && write.op == Op::Create => {
+            let again = Outcome::RequeueAfter(Duration::from_secs(1));
+            plan.outcome = plan::more_pressing(plan.outcome, again);
+        }
+        // Refused: by the schema (a value the job's spec gave; not sent again until it
+        // changes), or at admission (sent again with a backoff; see `refusal`).
+        Err(Error::Write {
+            source: kube::Error::Api(e),
+            action,
+            namespace: ns,
+            name,
+        }) => {
+            let before = ctx.refusal(&uid);
+            let Some(refusal) =
+                Refusal::of(e.code, &e.message, write.body, before.as_ref(), Instant::now())
+            else {
+                let source = kube::Error::Api(e);
+                return Err(Error::Write {
+                    action,
+                    namespace: ns,
+                    name,
+                    source,
+                });
+            };
+            refused(plan, &namespace, &write.name, &refusal);
+            ctx.refused.lock().expect("lock").insert(uid, refusal);
+        }
+        Err(e) => return Err(e),
+    }
+    Ok(())
+}
+
 /// Reports a refused PodGroup on the plan: the schema's as `InvalidSpec`, an admission refusal
 /// as `PodGroupRefused` naming who refused, with a retry after its backoff.
 fn refused(plan: &mut Plan, namespace: &str, name: &str, refusal: &Refusal) {
     plan.valid = false;
-    plan.phase = None;
+    plan.phases.retain(|p| p.name != name);
     let (Some(by), Some(retry)) = (&refusal.by, refusal.retry_after()) else {
         warn!(namespace, podgroup = name, error = %refusal.message, "the API server refused the PodGroup; not retried until the job changes");
         plan.add_invalid(&InvalidJob::RefusedByApiServer(refusal.message.clone()));
         return;
     };
     warn!(namespace, podgroup = name, by, attempts = refusal.attempts, retry_in = ?retry, error = %refusal.message, "the PodGroup was refused at admission; sent again after a backoff");
-    plan.outcome = Outcome::RequeueAfter(retry);
+    plan.outcome = plan::more_pressing(plan.outcome, Outcome::RequeueAfter(retry));
     plan.events.push((
         Reason::PodGroupRefused,
         format!(

@@ -51,14 +51,34 @@ pub struct Around<'a> {
     pub keep_finished: bool,
 }
 
-/// The PodGroup an active job gets.
+/// The PodGroup an active job gets (the PodGroups, one per group, of a job of several gangs).
 #[derive(Debug)]
 pub struct Target {
     pub backend: BackendKind,
+    /// The PodGroup's name; of a job of several gangs, the base of its groups' names.
     pub name: String,
+    /// Every PodGroup the job gets: `name` alone, or `<name>-<i>` for each group `i`.
+    pub names: Vec<String>,
+    /// The gang, the same for every group.
     pub gang: Gang,
     /// What is doubtful about the name or the backend's fields (not about the gang).
     pub warnings: Vec<String>,
+    /// The job is several gangs, one per group.
+    pub grouped: bool,
+}
+
+impl Target {
+    /// The PodGroup a pod of group `group` joins: the job's one PodGroup, or its group's. A
+    /// pod's group may be ahead of the job's status (a surge group's leader created before the
+    /// status counts it): it is linked all the same, and the PodGroup follows once the status
+    /// does. A pod of a job of groups whose group is unknown joins none.
+    pub fn name_for(&self, group: Option<u32>) -> Option<String> {
+        if !self.grouped {
+            return Some(self.name.clone());
+        }
+        let name = backend::group_name(&self.name, group?);
+        (name.len() <= self.backend.backend().max_name_len()).then_some(name)
+    }
 }
 
 /// Why a job gets no PodGroup.
@@ -107,10 +127,16 @@ pub fn target(job: &Job, around: &Around) -> Result<Target, NoPodGroup> {
     let class_exists = |c: &str| around.priorities.contains(c);
     let (name, warnings) = backend::name_and_checks(backend_kind.backend(), job, &class_exists)
         .map_err(NoPodGroup::Invalid)?;
+    let names = match job.groups {
+        None => vec![name.clone()],
+        Some(n) => (0..n).map(|i| backend::group_name(&name, i)).collect(),
+    };
     Ok(Target {
         backend: backend_kind,
         name,
+        names,
         gang,
         warnings,
+        grouped: job.groups.is_some(),
     })
 }

@@ -98,6 +98,7 @@ impl UnlinkedPods {
 fn classify(pod: &PartialObjectMeta<Pod>) -> Option<(JobKey, Option<String>, bool)> {
     let owners = pod.metadata.owner_references.clone().unwrap_or_default();
     let view = PodView {
+        name: pod.metadata.name.as_deref(),
         labels: pod.metadata.labels.as_ref(),
         annotations: pod.metadata.annotations.as_ref(),
         owner_references: &owners,

@@ -226,6 +226,10 @@ pub struct Job {
     pub shape: Shape,
     /// The kind's status says the workload has finished (succeeded or failed).
     pub finished: bool,
+    /// `None`: one gang, the PodGroup named after the object. `Some(n)`: `n` gangs of the same
+    /// pod sets, one per group of the object (a LeaderWorkerSet's), PodGroups `<name>-<i>` for
+    /// `i` in `0..n`.
+    pub groups: Option<u32>,
 }
 
 impl Job {
@@ -362,9 +366,16 @@ pub trait KindRules: Send + Sync {
         true
     }
 
-    /// The `status` fields [`finished`](Self::finished) reads (the cache keeps only these).
+    /// The `status` fields [`finished`](Self::finished) and [`groups`](Self::groups) read (the
+    /// cache keeps only these).
     fn status_fields(&self) -> &'static [&'static str] {
         &["conditions"]
+    }
+
+    /// How many gangs the object has now, for a kind whose object is several gangs of the same
+    /// pod sets (one per group); `None` for a kind whose object is one gang.
+    fn groups(&self, _spec: &Value, _status: Option<&Value>) -> Result<Option<u32>, InvalidJob> {
+        Ok(None)
     }
 }
 

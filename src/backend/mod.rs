@@ -377,6 +377,9 @@ pub fn pod_group_name(
     backend: &dyn PodGroupBackend,
     job: &Job,
 ) -> Result<(String, Option<String>), InvalidJob> {
+    if let Some(groups) = job.groups {
+        return groups_base_name(backend, job, groups).map(|n| (n, None));
+    }
     let mut names: Vec<&str> = job
         .shape
         .pod_sets
@@ -422,6 +425,46 @@ pub fn pod_group_name(
         )));
     }
     Ok((name, warning))
+}
+
+/// The name a job of several gangs gives its PodGroups, `<name>-<group index>`
+/// ([`group_name`]): the job's own. A template link would join every group's pods to one
+/// PodGroup, and the longest group name must fit the backend's pod link.
+fn groups_base_name(
+    backend: &dyn PodGroupBackend,
+    job: &Job,
+    groups: u32,
+) -> Result<String, InvalidJob> {
+    if let Some(link) = job
+        .shape
+        .pod_sets
+        .iter()
+        .find_map(|r| backend.template_link(&r.template))
+    {
+        return Err(InvalidJob::InvalidPodGroupName(format!(
+            "the templates link the pods of every group to PodGroup {link:?}, but a {} gets one \
+             PodGroup per group ({}-<group index>), to which the pod-link webhook links each \
+             group's pods: remove the link from the templates",
+            job.kind.kind, job.name
+        )));
+    }
+    let longest = group_name(&job.name, groups.saturating_sub(1));
+    let max = backend.max_name_len();
+    if longest.len() > max {
+        return Err(InvalidJob::InvalidPodGroupName(format!(
+            "PodGroup name {longest:?} (the {}'s name and its group index) has {} characters; \
+             pods link to a {} PodGroup with a value of at most {max}: use a shorter name",
+            job.kind.kind,
+            longest.len(),
+            backend.kind(),
+        )));
+    }
+    Ok(job.name.clone())
+}
+
+/// The PodGroup of group `index` of a job of several gangs.
+pub fn group_name(base: &str, index: u32) -> String {
+    format!("{base}-{index}")
 }
 
 /// The PodGroup name and the warnings about the job's link and backend fields, or why the job
@@ -504,6 +547,13 @@ pub fn missing_links(
     webhook: bool,
 ) -> Vec<String> {
     let mut out = Vec::new();
+    if job.groups.is_some() && !webhook {
+        out.push(format!(
+            "the pods of a {} join the PodGroup of their group ({}-<group index>) only through \
+             the pod-link webhook, which is off",
+            job.kind.kind, job.name
+        ));
+    }
     for r in &job.shape.pod_sets {
         let t = &r.template;
         if t.metadata
@@ -519,7 +569,7 @@ pub fn missing_links(
             ));
         }
         let link = backend.template_link(t);
-        if link != Some(name) && !(webhook && link.is_none()) {
+        if link != Some(name) && !(webhook && link.is_none()) && job.groups.is_none() {
             out.push(format!("{}: {}", r.name, backend.missing_link(name)));
         }
         let asked = t.spec.as_ref().and_then(|s| s.scheduler_name.as_deref());

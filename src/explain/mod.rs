@@ -93,6 +93,7 @@ fn describe_webhook(
     for r in &job.shape.pod_sets {
         let meta = r.template.metadata.as_ref();
         let view = PodView {
+            name: None,
             labels: meta.and_then(|m| m.labels.as_ref()),
             annotations: meta.and_then(|m| m.annotations.as_ref()),
             owner_references: &[],
@@ -104,8 +105,11 @@ fn describe_webhook(
             // The job CRDs prune spec.schedulingGroup from templates.
             scheduling_group: false,
         };
-        let what = if !r.in_gang {
+        let what = if !r.in_gang && r.name == "Launcher" {
             "nothing (the launcher is outside the gang: launcherCreationPolicy WaitForWorkersReady)"
+                .to_string()
+        } else if !r.in_gang {
+            "nothing (outside the gang: its pods are created only once earlier ones are ready, or it runs none)"
                 .to_string()
         } else {
             let added: Vec<String> = link::additions(b, &view, name, opts)
@@ -228,11 +232,25 @@ pub fn explain_job(
     // Offline, a PriorityClass that was not given may still exist.
     let exists = |c: &str| !around.from_cluster || priorities.contains(c);
     let (name, name_warnings) = backend::name_and_checks(b, &job, &exists)?;
-    let object = backend::desired_object(b, &job, &gang, &name, existing, false, opts);
+    // A job of one gang per group: every group's PodGroup is the first's but for its name.
+    let names: Vec<String> = match job.groups {
+        None => vec![name.clone()],
+        Some(n) => (0..n).map(|i| backend::group_name(&name, i)).collect(),
+    };
+    let first = names.first().cloned().unwrap_or_else(|| name.clone());
+    let object = backend::desired_object(b, &job, &gang, &first, existing, false, opts);
 
     let mut out = String::new();
     let _ = writeln!(out, "# {} {}/{}", kind.kind, job.namespace, job.name);
     let _ = writeln!(out, "# backend: {backend_kind} (from {why})");
+    if let Some(n) = job.groups {
+        let _ = writeln!(
+            out,
+            "# groups: {n} — one PodGroup per group, {name}-<group index>, each of the gang below \
+             (the groups the {} has now: its replicas, and during a rolling update its surge)",
+            kind.kind
+        );
+    }
     let _ = writeln!(
         out,
         "# minMember: {} — {}",
@@ -254,16 +272,34 @@ pub fn explain_job(
         let _ = writeln!(out, "# warning: {w}");
     }
     describe_feasibility(&mut out, around, &job, &gang);
-    describe_webhook(&mut out, b, &job, &name, opts);
+    let shown = if job.groups.is_some() {
+        format!("{name}-<group index>")
+    } else {
+        name.clone()
+    };
+    describe_webhook(&mut out, b, &job, &shown, opts);
     for m in backend::missing_links(b, &job, &name, opts, false) {
         let _ = writeln!(
             out,
             "# warning (without the webhook): MissingPodGroupLink: {m}"
         );
     }
-    out.push_str(
-        &serde_yaml_ng::to_string(&object).map_err(|e| ExplainError::Parse(e.to_string()))?,
-    );
+    for (i, n) in names.iter().enumerate() {
+        let doc = if i == 0 {
+            object.clone()
+        } else {
+            backend::desired_object(b, &job, &gang, n, existing, false, opts)
+        };
+        if i > 0 {
+            out.push_str("---\n");
+        }
+        out.push_str(
+            &serde_yaml_ng::to_string(&doc).map_err(|e| ExplainError::Parse(e.to_string()))?,
+        );
+    }
+    if names.is_empty() {
+        let _ = writeln!(out, "# no groups now: no PodGroup");
+    }
     Ok(Explained {
         text: out,
         object,

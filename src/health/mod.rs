@@ -13,7 +13,11 @@ pub mod feasible;
 
 use crate::backend::BackendKind;
 
-/// What one process remembers of a job's gang health between reconciles.
+/// What one process remembers of a job's gang health, per PodGroup of the job (one, or one per
+/// group of a job of several gangs), by name.
+pub type GangHealth = std::collections::BTreeMap<String, JobHealth>;
+
+/// What one process remembers of the gang health of one PodGroup between reconciles.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct JobHealth {
     /// The backend of the PodGroup this is about.

@@ -6,6 +6,7 @@ pub mod batch_job;
 mod jax;
 pub mod jobset;
 pub mod kubeflow;
+pub mod lws;
 mod mpi_v1;
 mod mpi_v2;
 mod paddle;
@@ -21,6 +22,7 @@ pub use batch_job::BATCH_JOB;
 pub use jax::JAXJOB;
 pub use jobset::JOBSET;
 pub use kubeflow::TRAINING_OPERATOR;
+pub use lws::LEADERWORKERSET;
 pub use mpi_v1::MPIJOB_V1;
 pub use mpi_v2::MPIJOB_V2BETA1;
 pub use paddle::PADDLEJOB;
@@ -41,6 +43,7 @@ pub const KINDS: &[&JobKind] = &[
     &JAXJOB,
     &JOBSET,
     &RAYCLUSTER,
+    &LEADERWORKERSET,
     &BATCH_JOB,
 ];
 

@@ -191,6 +191,7 @@ impl Admission {
         };
         let owners = pod.metadata.owner_references.clone().unwrap_or_default();
         let view = PodView {
+            name: pod.metadata.name.as_deref(),
             labels: pod.metadata.labels.as_ref(),
             annotations: pod.metadata.annotations.as_ref(),
             owner_references: &owners,
@@ -400,6 +401,7 @@ mod tests {
             name: "train".into(),
             uid: Some(uid.into()),
             pod_set: None,
+            group: None,
         }
     }
 

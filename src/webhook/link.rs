@@ -16,7 +16,8 @@ use crate::gang::Priorities;
 use crate::job::{self, InvalidJob, JobKind};
 use crate::kinds::jobset::{JOBSET_NAME_LABEL, REPLICATED_JOB_LABEL};
 use crate::kinds::ray::RAY_GROUP_LABEL;
-use crate::kinds::{JOBSET, MPIJOB_V2BETA1, RAYCLUSTER};
+use crate::kinds::lws::{self, LWS_NAME_LABEL};
+use crate::kinds::{JOBSET, LEADERWORKERSET, MPIJOB_V2BETA1, RAYCLUSTER};
 use crate::resources::AdmissionDefaults;
 use crate::settings::Settings;
 use crate::target::{Around, NoPodGroup, target};
@@ -35,6 +36,8 @@ const LAUNCHER_JOB_SUFFIX: &str = "-launcher";
 /// The pod fields the decision reads.
 #[derive(Debug, Clone, Copy)]
 pub struct PodView<'a> {
+    /// The pod's name, when set at creation (a StatefulSet's pods).
+    pub name: Option<&'a str>,
     pub labels: Option<&'a BTreeMap<String, String>>,
     pub annotations: Option<&'a BTreeMap<String, String>>,
     pub owner_references: &'a [OwnerReference],
@@ -92,6 +95,8 @@ pub struct Owner {
     /// (`Launcher`), a JobSet's replicated job, a RayCluster's group; `None` for the Kubeflow
     /// operators' other pods, whose replica types all belong to the gang.
     pub pod_set: Option<String>,
+    /// The pod's group, for a kind whose object is one gang per group (a LeaderWorkerSet).
+    pub group: Option<u32>,
 }
 
 impl Owner {
@@ -129,6 +134,9 @@ pub enum Skip {
     OutsideGang,
     /// A PodGroup of that name belongs to someone else (`PodGroupConflict` on the job).
     Conflict,
+    /// A pod of a job of one gang per group whose group could not be told (no group-index
+    /// label, and a name that does not end in one).
+    UnknownGroup,
     /// The controller reference names a job of that name cached with another UID (a stale or
     /// forged reference).
     OwnerUidMismatch,
@@ -153,11 +161,12 @@ impl Skip {
             Skip::LauncherOutsideGang => "launcher_outside_gang",
             Skip::OutsideGang => "outside_gang",
             Skip::Conflict => "conflict",
+            Skip::UnknownGroup => "unknown_group",
             Skip::OwnerUidMismatch => "owner_uid_mismatch",
         }
     }
 
-    pub const ALL: [Skip; 17] = [
+    pub const ALL: [Skip; 18] = [
         Skip::NotPodCreate,
         Skip::NoOwner,
         Skip::ForeignOwner,
@@ -174,6 +183,7 @@ impl Skip {
         Skip::LauncherOutsideGang,
         Skip::OutsideGang,
         Skip::Conflict,
+        Skip::UnknownGroup,
         Skip::OwnerUidMismatch,
     ];
 }
@@ -235,6 +245,19 @@ pub fn owner_of(pod: &PodView) -> Result<Owner, Skip> {
             name: jobset.to_string(),
             uid: None,
             pod_set: pod.label(REPLICATED_JOB_LABEL).map(str::to_string),
+            group: None,
+        });
+    }
+    // A LeaderWorkerSet's leaders belong to its leader StatefulSet, each group's workers to a
+    // StatefulSet of that group (controlled by the leader pod).
+    let through_sts = controller.api_version == "apps/v1" && controller.kind == "StatefulSet";
+    if through_sts && let Some(lws) = pod.label(LWS_NAME_LABEL) {
+        return Ok(Owner {
+            kind: &LEADERWORKERSET,
+            name: lws.to_string(),
+            uid: None,
+            pod_set: Some(lws::pod_set_of(pod.labels).to_string()),
+            group: lws::group_of(pod.labels, pod.name),
         });
     }
     let launcher_job = through_job
@@ -249,6 +272,7 @@ pub fn owner_of(pod: &PodView) -> Result<Owner, Skip> {
             name: job.to_string(),
             uid: None,
             pod_set: Some("Launcher".into()),
+            group: None,
         });
     }
     let kind = crate::kinds::lookup(&controller.api_version, &controller.kind)
@@ -263,6 +287,7 @@ pub fn owner_of(pod: &PodView) -> Result<Owner, Skip> {
         name: controller.name.clone(),
         uid: Some(controller.uid.clone()),
         pod_set,
+        group: None,
     })
 }
 
@@ -313,7 +338,10 @@ pub fn decide(pod: &PodView, owner: &Owner, job: &DynamicObject, ctx: &Context) 
     };
     // The planner's own decision: the pod is linked only to the PodGroup the planner writes.
     let (backend_kind, name) = match target(&job, &around) {
-        Ok(t) => (t.backend, t.name),
+        Ok(t) => match t.name_for(owner.group) {
+            Some(name) => (t.backend, name),
+            None => return Decision::Skipped(Skip::UnknownGroup),
+        },
         Err(why) => {
             return Decision::Skipped(match why {
                 NoPodGroup::OptedOut => Skip::OptedOut,
@@ -526,6 +554,7 @@ mod tests {
         }
         fn view(&self) -> PodView<'_> {
             PodView {
+                name: None,
                 labels: self.labels.as_ref(),
                 annotations: self.annotations.as_ref(),
                 owner_references: &self.owners,
@@ -849,7 +878,8 @@ mod tests {
                 kind: &JOBSET,
                 name: "js".into(),
                 uid: None,
-                pod_set: Some("ps".into())
+                pod_set: Some("ps".into()),
+                group: None,
             }
         );
         assert_eq!(
@@ -888,7 +918,8 @@ mod tests {
                 kind: &RAYCLUSTER,
                 name: "rc".into(),
                 uid: Some("rc-uid".into()),
-                pod_set: Some("gpu".into())
+                pod_set: Some("gpu".into()),
+                group: None,
             }
         );
     }
@@ -909,7 +940,8 @@ mod tests {
                 kind: &MPIJOB_V2BETA1,
                 name: "mpi".into(),
                 uid: None,
-                pod_set: Some("Launcher".into())
+                pod_set: Some("Launcher".into()),
+                group: None,
             }
         );
         let Decision::Link { name, .. } =
@@ -944,6 +976,7 @@ mod tests {
     fn rule_8_pods_of_other_owners_are_not_ours() {
         let view = |owners: &[OwnerReference], labels: Option<&BTreeMap<String, String>>| {
             owner_of(&PodView {
+                name: None,
                 labels,
                 annotations: None,
                 owner_references: owners,
@@ -973,6 +1006,7 @@ mod tests {
     fn rule_8_the_patch_creates_missing_maps_and_escapes_keys() {
         let labels = BTreeMap::new();
         let view = PodView {
+            name: None,
             labels: Some(&labels),
             annotations: None,
             owner_references: &[],

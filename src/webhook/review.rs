@@ -63,6 +63,10 @@ impl Request<'_> {
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PodMeta {
+    /// The pod's name, when its creator set one (a StatefulSet's pods carry their ordinal in
+    /// it); a value longer than an object name can be is dropped.
+    #[serde(default, deserialize_with = "object_name")]
+    pub name: Option<String>,
     #[serde(default)]
     pub namespace: Option<String>,
     #[serde(default, deserialize_with = "picked")]
@@ -79,17 +83,25 @@ const MAX_PICKED: usize = 64;
 
 /// Whether the decision can read this label or annotation key: the Kubeflow operators' labels,
 /// the label each kind's operator names its object by and those naming a pod's set (a JobSet's
-/// replicated job, a Ray group), every backend's link key and the native link's marker.
+/// replicated job, a Ray group, an LWS group and a pod's index in it), every backend's link key and the native link's marker.
 pub fn read_key(key: &str) -> bool {
     key.starts_with("training.kubeflow.org/")
         || crate::kinds::KINDS.iter().any(|k| k.pod_label == key)
         || key == crate::kinds::jobset::REPLICATED_JOB_LABEL
         || key == crate::kinds::ray::RAY_GROUP_LABEL
+        || key == crate::kinds::lws::GROUP_INDEX_LABEL
+        || key == crate::kinds::lws::WORKER_INDEX_LABEL
         || key == crate::backend::LINKED_ANNOTATION
         || crate::backend::BACKENDS.iter().any(|b| {
             matches!(b.backend().link_key(),
                 crate::backend::LinkKey::Label(k) | crate::backend::LinkKey::Annotation(k) if k == key)
         })
+}
+
+/// An object name: at most 253 characters, else `None`.
+fn object_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let name = Option::<String>::deserialize(d)?;
+    Ok(name.filter(|n| n.len() <= 253))
 }
 
 /// A map of strings, keeping only the [`read_key`] entries (`None` for null).
@@ -330,6 +342,7 @@ mod tests {
         assert_eq!(labels.len(), 5, "{labels:?}");
         let owners = pod.metadata.owner_references.clone().unwrap_or_default();
         let view = crate::webhook::link::PodView {
+            name: None,
             labels: Some(&labels),
             annotations: None,
             owner_references: &owners,
