@@ -72,7 +72,7 @@ impl Hook {
         match self {
             Hook::Off => "webhook off",
             Hook::KubeflowEntry => "Kubeflow entry only",
-            Hook::AllEntries => "all entries (Kubeflow, JobSet, Ray)",
+            Hook::AllEntries => "all entries (Kubeflow, JobSet, LWS, Ray)",
         }
     }
 }

@@ -895,7 +895,10 @@ mod tests {
     }
 
     fn created(job: &Value) -> (Write, Cached) {
-        let write = managed(job, &Cached::serving_both()).write().cloned().unwrap();
+        let write = managed(job, &Cached::serving_both())
+            .write()
+            .cloned()
+            .unwrap();
         let pgs =
             Cached::serving_both().with(write.backend, stored(&write, json!({"phase": "Running"})));
         (write, pgs)
@@ -926,6 +929,64 @@ mod tests {
         assert_eq!(w.body["metadata"]["ownerReferences"][0]["uid"], UID);
         assert!(p.deletes.is_empty() && p.events.is_empty());
         assert_eq!(p.outcome, Outcome::Done);
+    }
+
+    /// A LeaderWorkerSet `serve` of `replicas` groups of 3, `created` groups in its status.
+    fn lws(replicas: u64, created: u64, updating: bool) -> Value {
+        let t = json!({"spec": {"containers": [{"name": "c", "image": "i",
+            "resources": {"requests": {"cpu": "1"}}}]}});
+        json!({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+            "metadata": {"name": "serve", "namespace": "ml", "uid": UID, "generation": 1,
+                "creationTimestamp": "2026-12-01T00:00:00Z"},
+            "spec": {"replicas": replicas, "leaderWorkerTemplate": {"size": 3, "workerTemplate": t},
+                "rolloutStrategy": {"rollingUpdateConfiguration": {"maxSurge": "50%"}}},
+            "status": {"replicas": created, "conditions": [{"type": "UpdateInProgress",
+                "status": if updating { "True" } else { "False" }}]}})
+    }
+
+    #[test]
+    fn row_11_an_lws_gets_one_pod_group_per_group_and_loses_only_the_groups_gone() {
+        let p = managed(&lws(3, 0, false), &Cached::serving_both());
+        let names: Vec<&str> = p.writes.iter().map(|w| w.name.as_str()).collect();
+        assert_eq!(names, ["serve-0", "serve-1", "serve-2"]);
+        assert!(p.writes.iter().all(|w| w.op == Op::Create
+            && w.body["spec"]["minMember"] == 3
+            && w.body["spec"]["minResources"]["cpu"] == "3"));
+        let mut pgs = Cached::serving_both();
+        for w in &p.writes {
+            pgs = pgs.with(w.backend, stored(w, json!({"phase": "Running"})));
+        }
+        // Nothing changed: nothing written.
+        let again = managed(&lws(3, 3, false), &pgs);
+        assert!(
+            again.writes.is_empty() && again.deletes.is_empty(),
+            "{again:?}"
+        );
+        // Scaled to 2 while the third leader is still there: its PodGroup stays.
+        assert!(managed(&lws(2, 3, false), &pgs).deletes.is_empty());
+        // The third group gone: only its PodGroup is deleted.
+        let down = managed(&lws(2, 2, false), &pgs);
+        let gone: Vec<&str> = down.deletes.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!((gone, down.writes.len()), (vec!["serve-2"], 0));
+        // A rolling update with maxSurge 50% of 2 groups: one surge group, before its pods.
+        let surge = managed(&lws(2, 2, true), &pgs);
+        assert!(surge.deletes.is_empty());
+        assert!(surge.writes.is_empty(), "serve-2 is still there: {surge:?}");
+        let mut two = Cached::serving_both();
+        for w in &p.writes[..2] {
+            two = two.with(w.backend, stored(w, json!({"phase": "Running"})));
+        }
+        let surge = managed(&lws(2, 2, true), &two);
+        let made: Vec<&str> = surge.writes.iter().map(|w| w.name.as_str()).collect();
+        assert_eq!(made, ["serve-2"]);
+        // Off: every group's PodGroup goes.
+        let off = plan_with(
+            &lws(2, 2, false),
+            Some(&annotations("false")),
+            &pgs,
+            &settings(),
+        );
+        assert_eq!(off.deletes.len(), 3);
     }
 
     #[test]
@@ -1498,7 +1559,10 @@ mod tests {
     fn rule_5_volcano_unschedulable_conditions_are_mirrored() {
         let mut j = job(2);
         j["metadata"]["annotations"] = json!({"podgroup-sync.io/backend": "volcano"});
-        let w = managed(&j, &Cached::serving_both()).write().cloned().unwrap();
+        let w = managed(&j, &Cached::serving_both())
+            .write()
+            .cloned()
+            .unwrap();
         let pg = stored(
             &w,
             json!({"phase": "Pending", "conditions": [
@@ -1741,7 +1805,10 @@ mod tests {
     #[test]
     fn rule_10_a_gang_that_ran_whole_and_runs_short_is_broken_after_the_threshold() {
         let j = job(3);
-        let w = managed(&j, &Cached::serving_both()).write().cloned().unwrap();
+        let w = managed(&j, &Cached::serving_both())
+            .write()
+            .cloned()
+            .unwrap();
         let with = |status: Value| Cached::serving_both().with(w.backend, stored(&w, status));
         let whole = plan_health(
             &j,

@@ -355,9 +355,13 @@ async fn execute_write(
             name,
         }) => {
             let before = ctx.refusal(&uid);
-            let Some(refusal) =
-                Refusal::of(e.code, &e.message, write.body, before.as_ref(), Instant::now())
-            else {
+            let Some(refusal) = Refusal::of(
+                e.code,
+                &e.message,
+                write.body,
+                before.as_ref(),
+                Instant::now(),
+            ) else {
                 let source = kube::Error::Api(e);
                 return Err(Error::Write {
                     action,

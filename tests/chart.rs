@@ -707,13 +707,15 @@ fn check_generated_webhook(r: &Rendered) {
         [
             "pod-link.podgroup-sync.io",
             "jobset.pod-link.podgroup-sync.io",
+            "lws.pod-link.podgroup-sync.io",
             "ray.pod-link.podgroup-sync.io"
         ]
     );
-    for (h, label) in hooks[1..]
-        .iter()
-        .zip(["jobset.sigs.k8s.io/jobset-name", "ray.io/cluster"])
-    {
+    for (h, label) in hooks[1..].iter().zip([
+        "jobset.sigs.k8s.io/jobset-name",
+        "leaderworkerset.sigs.k8s.io/name",
+        "ray.io/cluster",
+    ]) {
         assert_eq!(
             h["objectSelector"],
             json!({"matchExpressions": [{"key": label, "operator": "Exists"}]})

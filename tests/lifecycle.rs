@@ -587,3 +587,17 @@ async fn a_trainjob_with_a_pod_group_policy_is_left_to_trainer() {
         "Trainer's is not a conflict: {conflicts:?}"
     );
 }
+
+/// SPEC §11, LeaderWorkerSet: one PodGroup per group through scaling, a rolling update's surge,
+/// a new group size and LeaderReady, for both CRD backends.
+#[tokio::test]
+async fn a_leaderworkerset_has_one_pod_group_per_group() {
+    let mut runs = Vec::new();
+    for b in [Backend::SchedulerPlugins, Backend::Volcano] {
+        runs.push(async move {
+            let (client, ns) = setup(&format!("lws-{b:?}"), &[ENABLED]).await;
+            support::lws::through(&client, &ns, b).await;
+        });
+    }
+    futures::future::join_all(runs).await;
+}

@@ -404,3 +404,11 @@ async fn the_charts_rbac_is_enough_for_the_native_lifecycle() {
     .await;
     support::stop_cluster(&cluster);
 }
+
+/// SPEC §11, LeaderWorkerSet on the native backend: one PodGroup per group, resized in place.
+#[tokio::test]
+async fn a_leaderworkerset_has_one_pod_group_per_group() {
+    let client = setup().await;
+    let ns = namespace(&client, &[ENABLED]).await;
+    support::lws::through(&client, &ns, B).await;
+}

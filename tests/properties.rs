@@ -634,7 +634,13 @@ fn webhook_agrees_with_the_planner(
                 }
                 let all = groups.map_or(1, |n| n as usize);
                 prop_assert_eq!(written.len(), all, "{}", obj);
-                prop_assert!(written.contains(&(backend, name.clone())), "{:?} not in {:?}: {}", name, written, obj);
+                prop_assert!(
+                    written.contains(&(backend, name.clone())),
+                    "{:?} not in {:?}: {}",
+                    name,
+                    written,
+                    obj
+                );
             }
             Decision::Skipped(link::Skip::OutsideGang | link::Skip::LauncherOutsideGang) => {}
             Decision::Skipped(skip) => {

@@ -243,31 +243,7 @@ pub fn explain_job(
     let mut out = String::new();
     let _ = writeln!(out, "# {} {}/{}", kind.kind, job.namespace, job.name);
     let _ = writeln!(out, "# backend: {backend_kind} (from {why})");
-    if let Some(n) = job.groups {
-        let _ = writeln!(
-            out,
-            "# groups: {n} — one PodGroup per group, {name}-<group index>, each of the gang below \
-             (the groups the {} has now: its replicas, and during a rolling update its surge)",
-            kind.kind
-        );
-    }
-    let _ = writeln!(
-        out,
-        "# minMember: {} — {}",
-        gang.min_member,
-        gang.rule.describe()
-    );
-    describe_min_resources(&mut out, &job, &gang);
-    let _ = writeln!(out, "{}", around.describe());
-    let absent = b.absent_fields();
-    if !absent.is_empty() {
-        let _ = writeln!(
-            out,
-            "# {backend_kind} PodGroups have no field for {}: the gang is held back until \
-             minCount pods are placed, nothing more (minResources above is for reference only)",
-            absent.join(", ")
-        );
-    }
+    describe_gang(&mut out, backend_kind, &job, &gang, &name, around);
     for w in gang.warnings.iter().chain(name_warnings.iter()) {
         let _ = writeln!(out, "# warning: {w}");
     }
@@ -284,11 +260,72 @@ pub fn explain_job(
             "# warning (without the webhook): MissingPodGroupLink: {m}"
         );
     }
+    push_documents(&mut out, b, &job, &gang, &names, &object, existing, opts)?;
+    Ok(Explained {
+        text: out,
+        object,
+        backend: backend_kind,
+        job,
+    })
+}
+
+/// The gang's reasoning lines: the groups, minMember, minResources, the surroundings read and
+/// the fields the backend has no place for.
+fn describe_gang(
+    out: &mut String,
+    backend_kind: BackendKind,
+    job: &job::Job,
+    gang: &gang::Gang,
+    name: &str,
+    around: &Surroundings,
+) {
+    let kind = job.kind;
+    let b = backend_kind.backend();
+    if let Some(n) = job.groups {
+        let _ = writeln!(
+            out,
+            "# groups: {n} — one PodGroup per group, {name}-<group index>, each of the gang below \
+             (the groups the {} has now: its replicas, and during a rolling update its surge)",
+            kind.kind
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# minMember: {} — {}",
+        gang.min_member,
+        gang.rule.describe()
+    );
+    describe_min_resources(out, job, gang);
+    let _ = writeln!(out, "{}", around.describe());
+    let absent = b.absent_fields();
+    if !absent.is_empty() {
+        let _ = writeln!(
+            out,
+            "# {backend_kind} PodGroups have no field for {}: the gang is held back until \
+             minCount pods are placed, nothing more (minResources above is for reference only)",
+            absent.join(", ")
+        );
+    }
+}
+
+/// The PodGroup documents, one per group (`---` between them); a grouped job with no groups
+/// now has none.
+#[allow(clippy::too_many_arguments)]
+fn push_documents(
+    out: &mut String,
+    b: &dyn backend::PodGroupBackend,
+    job: &job::Job,
+    gang: &gang::Gang,
+    names: &[String],
+    object: &Value,
+    existing: Option<&Value>,
+    opts: &BackendOptions,
+) -> Result<(), ExplainError> {
     for (i, n) in names.iter().enumerate() {
         let doc = if i == 0 {
             object.clone()
         } else {
-            backend::desired_object(b, &job, &gang, n, existing, false, opts)
+            backend::desired_object(b, job, gang, n, existing, false, opts)
         };
         if i > 0 {
             out.push_str("---\n");
@@ -300,12 +337,7 @@ pub fn explain_job(
     if names.is_empty() {
         let _ = writeln!(out, "# no groups now: no PodGroup");
     }
-    Ok(Explained {
-        text: out,
-        object,
-        backend: backend_kind,
-        job,
-    })
+    Ok(())
 }
 
 #[cfg(test)]

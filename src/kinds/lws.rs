@@ -141,7 +141,8 @@ impl KindRules for LeaderWorkerSetRules {
 /// An int-or-percent of `total`, a percentage rounded up (as the LWS controller scales
 /// `maxSurge`); absent is 0.
 fn scaled(value: Option<&Value>, total: u64) -> Result<u64, InvalidJob> {
-    let bad = |v: &Value| InvalidJob::Malformed(format!("maxSurge: {v} is not a count or a percentage"));
+    let bad =
+        |v: &Value| InvalidJob::Malformed(format!("maxSurge: {v} is not a count or a percentage"));
     match value {
         None | Some(Value::Null) => Ok(0),
         Some(v @ Value::Number(_)) => v.as_u64().ok_or_else(|| bad(v)),
@@ -171,17 +172,16 @@ pub fn group_of(
     if label(WORKER_INDEX_LABEL) != Some("0") {
         return None;
     }
-    pod_name?
-        .strip_prefix(lws)?
-        .strip_prefix('-')?
-        .parse()
-        .ok()
+    pod_name?.strip_prefix(lws)?.strip_prefix('-')?.parse().ok()
 }
 
 /// The pod set of a pod of a LeaderWorkerSet: the leader carries `worker-index: "0"` (from its
 /// template), a worker anything else or nothing yet.
 pub fn pod_set_of(labels: Option<&std::collections::BTreeMap<String, String>>) -> &'static str {
-    match labels.and_then(|l| l.get(WORKER_INDEX_LABEL)).map(String::as_str) {
+    match labels
+        .and_then(|l| l.get(WORKER_INDEX_LABEL))
+        .map(String::as_str)
+    {
         Some("0") => LEADER,
         _ => WORKER,
     }
@@ -245,8 +245,15 @@ mod tests {
         )
         .unwrap();
         assert_eq!(job.groups, Some(1), "replicas defaults to 1");
-        assert_eq!(gang(&job), (2, "2".into()), "the leader uses the worker template");
-        let single = lws(json!({"leaderWorkerTemplate": {"workerTemplate": pod("1")}}), json!({}));
+        assert_eq!(
+            gang(&job),
+            (2, "2".into()),
+            "the leader uses the worker template"
+        );
+        let single = lws(
+            json!({"leaderWorkerTemplate": {"workerTemplate": pod("1")}}),
+            json!({}),
+        );
         assert!(
             !single.unwrap().shape.gang_requested,
             "size defaults to 1: a group of one pod is no gang"
@@ -275,13 +282,41 @@ mod tests {
             s
         };
         let groups = |s: Value, st: Value| lws(s, st).unwrap().groups.unwrap();
-        assert_eq!(groups(with_surge(json!(1)), json!({"replicas": 4})), 4, "no update");
-        assert_eq!(groups(with_surge(json!(1)), updating(4)), 5, "surge group ahead of its pods");
-        assert_eq!(groups(with_surge(json!(1)), updating(5)), 5, "not counted twice");
-        assert_eq!(groups(with_surge(json!("25%")), updating(4)), 5, "25% of 4 = 1");
-        assert_eq!(groups(with_surge(json!("30%")), updating(4)), 6, "30% of 4 rounds up to 2");
-        assert_eq!(groups(with_surge(json!(9)), updating(4)), 8, "at most replicas");
-        assert_eq!(groups(spec(2, 2), json!({"replicas": 4})), 4, "scaling down from 4");
+        assert_eq!(
+            groups(with_surge(json!(1)), json!({"replicas": 4})),
+            4,
+            "no update"
+        );
+        assert_eq!(
+            groups(with_surge(json!(1)), updating(4)),
+            5,
+            "surge group ahead of its pods"
+        );
+        assert_eq!(
+            groups(with_surge(json!(1)), updating(5)),
+            5,
+            "not counted twice"
+        );
+        assert_eq!(
+            groups(with_surge(json!("25%")), updating(4)),
+            5,
+            "25% of 4 = 1"
+        );
+        assert_eq!(
+            groups(with_surge(json!("30%")), updating(4)),
+            6,
+            "30% of 4 rounds up to 2"
+        );
+        assert_eq!(
+            groups(with_surge(json!(9)), updating(4)),
+            8,
+            "at most replicas"
+        );
+        assert_eq!(
+            groups(spec(2, 2), json!({"replicas": 4})),
+            4,
+            "scaling down from 4"
+        );
         assert_eq!(groups(spec(0, 2), json!({})), 0);
         let bad = lws(with_surge(json!("lots")), updating(4)).unwrap_err();
         assert_eq!(bad.reason(), "Malformed");
@@ -291,7 +326,10 @@ mod tests {
     fn rule_11_lws_bad_input_is_an_invalid_job() {
         for (s, reason) in [
             (json!({}), "NoReplicaSpecs"),
-            (json!({"leaderWorkerTemplate": {"size": 2}}), "MissingTemplate"),
+            (
+                json!({"leaderWorkerTemplate": {"size": 2}}),
+                "MissingTemplate",
+            ),
             (
                 json!({"leaderWorkerTemplate": {"size": 0, "workerTemplate": pod("1")}}),
                 "InvalidReplicas",
@@ -301,14 +339,21 @@ mod tests {
                 "InvalidReplicas",
             ),
         ] {
-            assert_eq!(lws(s.clone(), json!({})).unwrap_err().reason(), reason, "{s}");
+            assert_eq!(
+                lws(s.clone(), json!({})).unwrap_err().reason(),
+                reason,
+                "{s}"
+            );
         }
     }
 
     #[test]
     fn rule_11_lws_a_pods_group_from_its_label_or_its_leaders_name() {
         let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
-            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
         };
         let worker = labels(&[(LWS_NAME_LABEL, "serve"), (GROUP_INDEX_LABEL, "2")]);
         assert_eq!(group_of(Some(&worker), Some("serve-2-1")), Some(2));

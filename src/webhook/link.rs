@@ -15,8 +15,8 @@ use crate::enablement::{Enablement, Mode};
 use crate::gang::Priorities;
 use crate::job::{self, InvalidJob, JobKind};
 use crate::kinds::jobset::{JOBSET_NAME_LABEL, REPLICATED_JOB_LABEL};
-use crate::kinds::ray::RAY_GROUP_LABEL;
 use crate::kinds::lws::{self, LWS_NAME_LABEL};
+use crate::kinds::ray::RAY_GROUP_LABEL;
 use crate::kinds::{JOBSET, LEADERWORKERSET, MPIJOB_V2BETA1, RAYCLUSTER};
 use crate::resources::AdmissionDefaults;
 use crate::settings::Settings;
@@ -532,6 +532,7 @@ mod tests {
     }
 
     struct Pod {
+        name: Option<String>,
         labels: Option<BTreeMap<String, String>>,
         annotations: Option<BTreeMap<String, String>>,
         owners: Vec<OwnerReference>,
@@ -542,6 +543,7 @@ mod tests {
     impl Pod {
         fn of(owner: OwnerReference) -> Pod {
             Pod {
+                name: None,
                 labels: Some(BTreeMap::from([(
                     JOB_NAME_LABEL.into(),
                     owner.name.clone(),
@@ -554,7 +556,7 @@ mod tests {
         }
         fn view(&self) -> PodView<'_> {
             PodView {
-                name: None,
+                name: self.name.as_deref(),
                 labels: self.labels.as_ref(),
                 annotations: self.annotations.as_ref(),
                 owner_references: &self.owners,
@@ -903,6 +905,90 @@ mod tests {
         let mut bare = pod_of("ps");
         bare.labels = None;
         assert_eq!(owner_of(&bare.view()).unwrap().kind, &BATCH_JOB);
+    }
+
+    #[test]
+    fn rule_11_an_lws_pod_is_linked_to_its_groups_pod_group() {
+        let s = settings(BackendKind::SchedulerPlugins);
+        let lws_of = |startup: &str| -> DynamicObject {
+            let t = json!({"spec": {"containers": [{"name": "c", "image": "i"}]}});
+            serde_json::from_value(json!({
+                "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+                "metadata": {"name": "serve", "namespace": "ns", "uid": "lws-uid"},
+                "spec": {"replicas": 2, "startupPolicy": startup,
+                    "leaderWorkerTemplate": {"size": 3, "workerTemplate": t}}}))
+            .unwrap()
+        };
+        let pod = |name: &str, sts: &str, labels: &[(&str, &str)]| {
+            let mut p = Pod::of(owner_ref("apps/v1", "StatefulSet", sts, "sts-uid"));
+            p.name = Some(name.into());
+            p.labels = Some(
+                [(lws::LWS_NAME_LABEL, "serve")]
+                    .iter()
+                    .chain(labels)
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            );
+            p
+        };
+        // A leader before LWS's own webhook gave it its group-index label: from its name.
+        let leader = pod("serve-1", "serve", &[(lws::WORKER_INDEX_LABEL, "0")]);
+        assert_eq!(
+            owner_of(&leader.view()).unwrap(),
+            Owner {
+                kind: &LEADERWORKERSET,
+                name: "serve".into(),
+                uid: None,
+                pod_set: Some(lws::LEADER.into()),
+                group: Some(1),
+            }
+        );
+        let worker = pod("serve-1-2", "serve-1", &[(lws::GROUP_INDEX_LABEL, "1")]);
+        let link = |name: &str| Decision::Link {
+            backend: BackendKind::SchedulerPlugins,
+            name: name.into(),
+            additions: vec![
+                Addition::Label("scheduling.x-k8s.io/pod-group", name.into()),
+                Addition::SchedulerName("scheduler-plugins-scheduler".into()),
+            ],
+        };
+        let created = lws_of("LeaderCreated");
+        assert_eq!(
+            decide_for(&leader, &created, Some(&managed()), &s),
+            link("serve-1")
+        );
+        assert_eq!(
+            decide_for(&worker, &created, Some(&managed()), &s),
+            link("serve-1")
+        );
+        let group0 = pod("serve-0-1", "serve-0", &[(lws::GROUP_INDEX_LABEL, "0")]);
+        assert_eq!(
+            decide_for(&group0, &created, Some(&managed()), &s),
+            link("serve-0")
+        );
+        // LeaderReady: the workers come once the leader runs; the leader is scheduled alone.
+        let ready = lws_of("LeaderReady");
+        assert_eq!(
+            decide_for(&leader, &ready, Some(&managed()), &s),
+            Decision::Skipped(Skip::OutsideGang)
+        );
+        assert_eq!(
+            decide_for(&worker, &ready, Some(&managed()), &s),
+            link("serve-1")
+        );
+        // A pod whose group cannot be told is left alone, never linked to a guess.
+        for odd in [
+            pod("other-1", "serve", &[(lws::WORKER_INDEX_LABEL, "0")]),
+            pod("serve-x-1", "serve-x", &[(lws::GROUP_INDEX_LABEL, "x")]),
+            pod("serve-1-1", "serve-1", &[]),
+        ] {
+            assert_eq!(
+                decide_for(&odd, &created, Some(&managed()), &s),
+                Decision::Skipped(Skip::UnknownGroup),
+                "{:?}",
+                odd.name
+            );
+        }
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod controller;
 pub mod faults;
 pub mod jobs;
 pub mod lifecycle;
+pub mod lws;
 pub mod webhook;
 
 use std::future::Future;

@@ -153,6 +153,7 @@ pub fn configuration_json(name: &str, port: u16, ca_pem: &str) -> Value {
     let first = config["webhooks"][0].clone();
     for (name, label) in [
         ("jobset", "jobset.sigs.k8s.io/jobset-name"),
+        ("lws", "leaderworkerset.sigs.k8s.io/name"),
         ("ray", "ray.io/cluster"),
     ] {
         let mut hook = first.clone();

@@ -74,9 +74,13 @@ are only listed and watched (by caches), never fetched one by one, so "get" is n
   resources: ["pytorchjobs", "tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs"]
   verbs: ["get", "list", "watch"]
 # The workloads of other operators, read the same way: JobSets (Trainer v2's TrainJobs run as
-# JobSets) and KubeRay's RayClusters (a RayJob runs on one).
+# JobSets), LeaderWorkerSets (one gang per group) and KubeRay's RayClusters (a RayJob runs on
+# one).
 - apiGroups: ["jobset.x-k8s.io"]
   resources: ["jobsets"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["leaderworkerset.x-k8s.io"]
+  resources: ["leaderworkersets"]
   verbs: ["get", "list", "watch"]
 - apiGroups: ["ray.io"]
   resources: ["rayclusters"]
