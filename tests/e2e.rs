@@ -83,6 +83,7 @@ for_each_backend!(
     j_a_raycluster_binds_whole,
     k_an_in_order_jobset_starts_step_by_step_without_deadlock,
     l_a_rayjob_runs_on_a_whole_gang_and_suspending_it_frees_the_pod_group,
+    m_an_lws_of_3_groups_with_room_for_2_runs_exactly_2_whole_groups,
 );
 
 /// A gang of `pods` pods needing `gpus` GPUs, created on too few one-GPU nodes: its PodGroup says
@@ -578,5 +579,15 @@ async fn l_a_rayjob_runs_on_a_whole_gang_and_suspending_it_frees_the_pod_group(b
     .expect("suspend the RayJob");
     s.wait_pg_gone(&ns, backend, &cluster_name, "the RayJob suspended")
         .await;
+    s.cleanup().await;
+}
+
+/// (m) SPEC §11: the real LWS controller makes 3 groups of a leader and 3 workers (1 GPU each);
+/// with room for 2 groups exactly 2 run whole, each pod linked to its group's PodGroup; with
+/// room for 3 all do.
+async fn m_an_lws_of_3_groups_with_room_for_2_runs_exactly_2_whole_groups(backend: Backend) {
+    let _turn = exclusive().await;
+    let mut s = Scope::new(&format!("e2e-m-{}", tag(backend)), true).await;
+    harness::lws_runs_whole_groups(&mut s, backend, |pg| spec(pg)["minMember"].clone()).await;
     s.cleanup().await;
 }

@@ -250,3 +250,13 @@ async fn f_a_raycluster_binds_whole() {
     native_waits_whole_then_binds_whole(&mut s, Kind::RayCluster, &job, &manifest, 5).await;
     s.cleanup().await;
 }
+
+/// (g) The real LWS controller's 3 groups of 4 pods (1 GPU each) on 8 GPUs: one native PodGroup
+/// per group, exactly 2 groups bind whole, the third on 4 more GPUs.
+#[tokio::test]
+async fn g_an_lws_of_3_groups_with_room_for_2_runs_exactly_2_whole_groups() {
+    let _turn = exclusive().await;
+    let mut s = scope("e2e-ng", true).await;
+    harness::lws_runs_whole_groups(&mut s, B, min_count).await;
+    s.cleanup().await;
+}

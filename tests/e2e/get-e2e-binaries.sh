@@ -8,9 +8,8 @@
 # complete build, naming the recipe) and every binary are there.
 #
 # usage: get-e2e-binaries.sh [COMPONENT...]
-#   COMPONENT: kwok scheduler-plugins volcano training-operator mpi-operator jobset kuberay
-#   (default: these, in that order), or lws (the LeaderWorkerSet controller, built on request:
-#   no tier runs it yet). Builds run one after another (the machines have 2 cores).
+#   COMPONENT: kwok scheduler-plugins volcano training-operator mpi-operator jobset lws kuberay
+#   (default: these, in that order). Builds run one after another (the machines have 2 cores).
 #
 # stdout: NAME=path lines, one per artefact:
 #   KWOK KWOK_STAGES KWOK_STAGE_CRD SCHEDULER_PLUGINS SCHEDULER_PLUGINS_CONTROLLER
@@ -243,7 +242,8 @@ build_jobset() {
 
 build_lws() {
   build_operator lws sigs.k8s.io/lws "$LWS_VERSION" lws-controller sigs.k8s.io/lws/cmd \
-    config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml
+    config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml \
+    config/crd/bases/disaggregatedset.x-k8s.io_disaggregatedsets.yaml
 }
 
 build_kuberay() {
@@ -253,7 +253,7 @@ build_kuberay() {
     config/crd/bases/ray.io_rayservices.yaml
 }
 
-[ $# -gt 0 ] || set -- kwok scheduler-plugins volcano training-operator mpi-operator jobset kuberay
+[ $# -gt 0 ] || set -- kwok scheduler-plugins volcano training-operator mpi-operator jobset lws kuberay
 for c in "$@"; do
   case $c in
     kwok) build_kwok ;;

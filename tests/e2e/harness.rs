@@ -820,3 +820,160 @@ pub async fn mpijob_runs_to_completion(
     eprintln!("[{ns}] MPIJob {job} Succeeded");
     s.wait_pg_gone(&ns, backend, &job, "MPIJob Succeeded").await;
 }
+
+/// A LeaderWorkerSet named `name`: `replicas` groups of a leader and `size − 1` workers, each
+/// pod with `gpus` GPUs (SPEC §11: one PodGroup per group, `<name>-<group index>`).
+pub fn leaderworkerset(
+    link: Link,
+    name: &str,
+    pool: &str,
+    replicas: u32,
+    size: u32,
+    gpus: u32,
+) -> Value {
+    let leader = template(
+        link,
+        name,
+        pool,
+        "leader",
+        &self::replicas("leader", 1, gpus),
+    );
+    let worker = template(
+        link,
+        name,
+        pool,
+        "worker",
+        &self::replicas("worker", 1, gpus),
+    );
+    let mut metadata = json!({"name": name});
+    if let Link::Gang(b) = link {
+        metadata["annotations"] = json!({"podgroup-sync.io/backend": b.name()});
+    }
+    json!({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+        "metadata": metadata,
+        "spec": {"replicas": replicas, "leaderWorkerTemplate": {"size": size,
+            "leaderTemplate": leader, "workerTemplate": worker}}})
+}
+
+/// The PodGroup each pod of `job` is linked to, by the backend's link, with its group index
+/// (the LWS label) — untyped: the 1.34 Pod type has no `schedulingGroup`.
+pub async fn lws_links(
+    s: &Scope,
+    ns: &str,
+    job: &str,
+    b: Backend,
+) -> Vec<(String, Option<String>)> {
+    let ar = kube::api::ApiResource::erase::<Pod>(&());
+    let pods = jobs::api(&s.client, ns, &ar)
+        .list(&ListParams::default().labels(&format!("{JOB_LABEL}={job}")))
+        .await
+        .expect("list pods")
+        .items;
+    let at = |p: &DynamicObject, ptr: &str| {
+        p.data
+            .pointer(ptr)
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    pods.iter()
+        .map(|p| {
+            let group = p
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("leaderworkerset.sigs.k8s.io/group-index"))
+                .cloned()
+                .unwrap_or_default();
+            let link = match b {
+                Backend::SchedulerPlugins => p
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("scheduling.x-k8s.io/pod-group"))
+                    .cloned(),
+                Backend::Volcano => p
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get("scheduling.k8s.io/group-name"))
+                    .cloned(),
+                Backend::Kubernetes => at(p, "/spec/schedulingGroup/podGroupName"),
+            };
+            (group, link)
+        })
+        .collect()
+}
+
+/// SPEC §11 with the real LWS controller: 3 groups of 4 pods (1 GPU each) on 8 one-GPU nodes.
+/// Each group has its PodGroup (minimum 4, read by `min`); exactly 2 groups run whole and the
+/// third waits whole, no pod of it bound; every pod is linked to its own group's PodGroup; 4
+/// more GPUs and the third group runs whole too.
+pub async fn lws_runs_whole_groups(
+    s: &mut Scope,
+    b: Backend,
+    min: impl Fn(&DynamicObject) -> Value,
+) {
+    for _ in 0..8 {
+        s.add_node(1).await;
+    }
+    let ns = s.ns.clone();
+    let job = format!("lws-{}", s.id);
+    let manifest = leaderworkerset(Link::Gang(b), &job, s.pool(), 3, 4, 1);
+    let obj: DynamicObject = serde_json::from_value(manifest).unwrap();
+    jobs::api(&s.client, &ns, &support::lws::ar())
+        .create(&PostParams::default(), &obj)
+        .await
+        .expect("create LeaderWorkerSet");
+    for g in 0..3 {
+        s.wait_pg(&ns, b, &format!("{job}-{g}"), "minimum 4", |pg| {
+            min(pg) == 4
+        })
+        .await;
+    }
+    let what = "8 pods Running and 4 refused by their scheduler";
+    let pods = s
+        .env
+        .wait(&ns, what, SLOW, || async {
+            let pods = s.pods(&ns, &job).await;
+            let running = pods.iter().filter(|p| is_running(p)).count();
+            let refused = pods.iter().filter(|p| is_refused(p)).count();
+            (pods.len() == 12 && running == 8 && refused == 4).then_some(pods)
+        })
+        .await;
+    let mut by_group: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    for p in &pods {
+        let g = p
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("leaderworkerset.sigs.k8s.io/group-index"))
+            .cloned()
+            .unwrap_or_default();
+        let e = by_group.entry(g).or_default();
+        e.0 += 1;
+        e.1 += usize::from(is_bound(p));
+    }
+    let mut bound: Vec<usize> = by_group.values().map(|&(_, bound)| bound).collect();
+    bound.sort_unstable();
+    assert_eq!(
+        (by_group.len(), bound),
+        (3, vec![0, 4, 4]),
+        "2 whole groups bound, the third none: {by_group:?}\n{}",
+        s.diagnostics()
+    );
+    let links = lws_links(s, &ns, &job, b).await;
+    assert!(
+        links
+            .iter()
+            .all(|(g, link)| link.as_deref() == Some(format!("{job}-{g}").as_str())),
+        "every pod linked to its group's PodGroup: {links:?}"
+    );
+    for _ in 0..4 {
+        s.add_node(1).await;
+    }
+    let running = s.wait_all_running(&ns, &job, 12).await;
+    eprintln!(
+        "[{ns}] {b:?}: LWS of 3 groups of 4 on 8 GPUs ran 2 whole groups ({by_group:?}); on 12 all: {:?}",
+        names_of(&running)
+    );
+}

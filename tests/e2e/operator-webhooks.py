@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""operator-webhooks.py PORT CA_FILE: the JobSet controller's webhook configurations as its
-upstream manifests register them (failurePolicy Fail; the pod webhooks only for pods with the
-JobSet's name label), reached by URL on loopback instead of a Service. Prints a v1 List."""
+"""operator-webhooks.py OPERATOR PORT CA_FILE: the webhook configurations of the JobSet or the
+LeaderWorkerSet controller (OPERATOR: jobset or lws) as their upstream manifests register them
+(failurePolicy Fail; the pod webhooks only for pods with the operator's name label), reached by
+URL on loopback instead of a Service. Prints a v1 List."""
 import base64, json, sys
 
-port, ca = sys.argv[1], base64.b64encode(open(sys.argv[2], "rb").read()).decode()
-LABEL = "jobset.sigs.k8s.io/jobset-name"
+operator, port = sys.argv[1], sys.argv[2]
+ca = base64.b64encode(open(sys.argv[3], "rb").read()).decode()
 
 
 def hook(name, path, group, version, resource, ops, selector=None):
@@ -21,15 +22,36 @@ def hook(name, path, group, version, resource, ops, selector=None):
 
 def config(kind, hooks):
     return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
-            "metadata": {"name": "e2e-jobset"}, "webhooks": hooks}
+            "metadata": {"name": f"e2e-{operator}"}, "webhooks": hooks}
 
 
-JOBSETS = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
-print(json.dumps({"apiVersion": "v1", "kind": "List", "items": [
-    config("MutatingWebhookConfiguration", [
+if operator == "jobset":
+    LABEL = "jobset.sigs.k8s.io/jobset-name"
+    JOBSETS = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
+    mutating = [
         hook("mjobset.kb.io", "/mutate-jobset-x-k8s-io-v1alpha2-jobset", *JOBSETS, ["CREATE"]),
-        hook("mpod.kb.io", "/mutate--v1-pod", "", "v1", "pods", ["CREATE"], LABEL)]),
-    config("ValidatingWebhookConfiguration", [
+        hook("mpod.kb.io", "/mutate--v1-pod", "", "v1", "pods", ["CREATE"], LABEL)]
+    validating = [
         hook("vjobset.kb.io", "/validate-jobset-x-k8s-io-v1alpha2-jobset", *JOBSETS,
              ["CREATE", "UPDATE"]),
-        hook("vpod.kb.io", "/validate--v1-pod", "", "v1", "pods", ["CREATE"], LABEL)])]}))
+        hook("vpod.kb.io", "/validate--v1-pod", "", "v1", "pods", ["CREATE"], LABEL)]
+elif operator == "lws":
+    LABEL = "leaderworkerset.sigs.k8s.io/name"
+    LWS = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
+    DS = ("disaggregatedset.x-k8s.io", "v1", "disaggregatedsets")
+    mutating = [
+        hook("mleaderworkerset.kb.io", "/mutate-leaderworkerset-x-k8s-io-v1-leaderworkerset",
+             *LWS, ["CREATE", "UPDATE"]),
+        hook("mpod.kb.io", "/mutate--v1-pod", "", "v1", "pods", ["CREATE"], LABEL)]
+    validating = [
+        hook("vleaderworkerset.kb.io", "/validate-leaderworkerset-x-k8s-io-v1-leaderworkerset",
+             *LWS, ["CREATE", "UPDATE"]),
+        hook("vpod.kb.io", "/validate--v1-pod", "", "v1", "pods", ["CREATE", "UPDATE"], LABEL),
+        hook("vdisaggregatedset.kb.io", "/validate-disaggregatedset-x-k8s-io-v1-disaggregatedset",
+             *DS, ["CREATE", "UPDATE"])]
+else:
+    sys.exit(f"operator-webhooks.py: unknown operator {operator}")
+
+print(json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+    config("MutatingWebhookConfiguration", mutating),
+    config("ValidatingWebhookConfiguration", validating)]}))

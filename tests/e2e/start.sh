@@ -94,13 +94,13 @@ fi
 # --- binaries ---------------------------------------------------------------------------------
 log "get-e2e-binaries.sh (cold: tens of minutes; warm: a second)"
 if [ "$E2E_NATIVE" = 1 ]; then
-  COMPONENTS=(kwok training-operator mpi-operator jobset kuberay)
-  NEEDED=(KWOK KWOK_STAGES TRAINING_OPERATOR MPI_OPERATOR JOBSET KUBERAY KUBERAY_CRDS)
+  COMPONENTS=(kwok training-operator mpi-operator jobset lws kuberay)
+  NEEDED=(KWOK KWOK_STAGES TRAINING_OPERATOR MPI_OPERATOR JOBSET LWS LWS_CRDS KUBERAY KUBERAY_CRDS)
 else
-  COMPONENTS=(kwok scheduler-plugins volcano training-operator mpi-operator jobset kuberay)
+  COMPONENTS=(kwok scheduler-plugins volcano training-operator mpi-operator jobset lws kuberay)
   NEEDED=(KWOK KWOK_STAGES SCHEDULER_PLUGINS SCHEDULER_PLUGINS_CONTROLLER SCHEDULER_PLUGINS_CRDS
           VOLCANO_SCHEDULER VOLCANO_CONTROLLER_MANAGER VOLCANO_CRDS TRAINING_OPERATOR MPI_OPERATOR
-          JOBSET KUBERAY KUBERAY_CRDS)
+          JOBSET LWS LWS_CRDS KUBERAY KUBERAY_CRDS)
 fi
 out=$("$HERE/get-e2e-binaries.sh" "${COMPONENTS[@]}" </dev/null) || fail binaries "get-e2e-binaries.sh failed"
 eval "$(printf '%s\n' "$out" | grep -E '^[A-Z_]+=' | sed -E 's/^([A-Z_]+)=(.*)$/\1=\x27\2\x27/')"
@@ -121,7 +121,7 @@ kubectl() { "$CP_BIN/kubectl" --kubeconfig="$KC" "$@"; }
 
 read -r KWOK_PORT NKCM_PORT SP_PORT SPC_METRICS SPC_PROBE VC_LISTEN VC_HEALTH VCM_LISTEN \
   VCM_HEALTH TO_METRICS TO_PROBE TO_WEBHOOK JS_WEBHOOK JS_METRICS JS_PROBE RAY_METRICS \
-  RAY_PROBE < <(free_ports 17)
+  RAY_PROBE LWS_WEBHOOK LWS_PROBE < <(free_ports 19)
 
 # --- cluster objects the components need --------------------------------------------------------
 if [ "$E2E_NATIVE" != 1 ]; then
@@ -363,10 +363,35 @@ EOF
 log "jobset controller (probe 127.0.0.1:$JS_PROBE, webhook 127.0.0.1:$JS_WEBHOOK)"
 start jobset env -u KUBECONFIG "$JOBSET" --kubeconfig="$KC" --config="$W/jobset-config.yaml"
 wait_ready jobset "$STARTED_PID" http_ok "http://127.0.0.1:$JS_PROBE/readyz"
-python3 "$HERE/operator-webhooks.py" "$JS_WEBHOOK" "$OP_CERTS/ca.crt" > "$W/jobset-webhooks.json" ||
+python3 "$HERE/operator-webhooks.py" jobset "$JS_WEBHOOK" "$OP_CERTS/ca.crt" > "$W/jobset-webhooks.json" ||
   fail jobset-setup "cannot write the JobSet webhook configurations"
 kubectl apply -f "$W/jobset-webhooks.json" >"$W/jobset-setup.log" 2>&1 ||
   fail jobset-setup "cannot register the JobSet webhooks"
+
+# --- LeaderWorkerSet controller ---------------------------------------------------------------
+# Gang scheduling off (no gangSchedulingManagement): podgroup-sync makes the PodGroups. Its
+# webhooks default and validate LWSs and label their pods (a leader's group-index); served on
+# loopback with the JobSet controller's certificate, registered as upstream registers them. It
+# also runs the DisaggregatedSet controller, whose CRD the control plane does not install.
+kubectl apply --server-side --field-manager=podgroup-sync-e2e \
+  -f "$LWS_CRDS/disaggregatedset.x-k8s.io_disaggregatedsets.yaml" >"$W/lws-setup.log" 2>&1 ||
+  fail lws-setup "kubectl apply of the DisaggregatedSet CRD failed"
+cat > "$W/lws-config.yaml" <<EOF
+apiVersion: config.lws.x-k8s.io/v1alpha1
+kind: Configuration
+internalCertManagement: {enable: false}
+leaderElection: {leaderElect: false}
+webhook: {port: $LWS_WEBHOOK, host: 127.0.0.1, certDir: $OP_CERTS}
+metrics: {bindAddress: "0"}
+health: {healthProbeBindAddress: "127.0.0.1:$LWS_PROBE"}
+EOF
+log "lws controller (probe 127.0.0.1:$LWS_PROBE, webhook 127.0.0.1:$LWS_WEBHOOK)"
+start lws env -u KUBECONFIG "$LWS" --kubeconfig="$KC" --config="$W/lws-config.yaml"
+wait_ready lws "$STARTED_PID" http_ok "http://127.0.0.1:$LWS_PROBE/readyz"
+python3 "$HERE/operator-webhooks.py" lws "$LWS_WEBHOOK" "$OP_CERTS/ca.crt" > "$W/lws-webhooks.json" ||
+  fail lws-setup "cannot write the LeaderWorkerSet webhook configurations"
+kubectl apply -f "$W/lws-webhooks.json" >>"$W/lws-setup.log" 2>&1 ||
+  fail lws-setup "cannot register the LeaderWorkerSet webhooks"
 
 # --- KubeRay operator -------------------------------------------------------------------------
 # Batch scheduler off (no --enable-batch-scheduler): podgroup-sync makes the PodGroups. It also
