@@ -14,7 +14,8 @@
 #               network namespace of its own
 #   make e2e    the end-to-end tier: kwok nodes, the scheduler-plugins and Volcano schedulers,
 #               training-operator and mpi-operator (gang mode off), the JobSet controller, the
-#               LeaderWorkerSet controller and the KubeRay operator, all built from the Go proxy
+#               LeaderWorkerSet controller, the KubeRay operator and the Trainer v2 controller,
+#               all built from the Go proxy
 .PHONY: test lint unit integration binaries faults e2e native node image demo build release
 
 CARGO ?= cargo
@@ -48,7 +49,7 @@ e2e: binaries
 # The 1.37 control plane of the native-backend tier, then its tests.
 native:
 	K8S_VERSION=1.37.2 K8S_SCHEDULER=1 tests/cluster/get-binaries.sh >/dev/null
-	tests/e2e/get-e2e-binaries.sh kwok training-operator mpi-operator jobset lws kuberay >/dev/null
+	tests/e2e/get-e2e-binaries.sh kwok training-operator mpi-operator jobset lws kuberay trainer >/dev/null
 	$(CARGO) test --test native --test e2e_native
 
 # The image (hack/image.sh): a static release binary on an empty base, user 65532.

@@ -16,9 +16,10 @@ mod harness;
 mod support;
 
 use harness::{
-    Link, Replicas, Scope, exclusive, is_bound, jobset, names_of, raycluster, replicas,
-    training_job,
+    Link, Replicas, Scope, exclusive, is_bound, jobset, names_of, raycluster, replicas, trainer_ar,
+    training_job, training_runtime, trainjob,
 };
+use kube::api::{DeleteParams, DynamicObject, PostParams};
 use serde_json::{Value, json};
 use support::jobs::{self, Backend, Kind, spec};
 
@@ -84,6 +85,7 @@ for_each_backend!(
     k_an_in_order_jobset_starts_step_by_step_without_deadlock,
     l_a_rayjob_runs_on_a_whole_gang_and_suspending_it_frees_the_pod_group,
     m_an_lws_of_3_groups_with_room_for_2_runs_exactly_2_whole_groups,
+    n_a_trainjob_runs_as_one_gang_and_trainers_own_pod_group_is_left_alone,
 );
 
 /// A gang of `pods` pods needing `gpus` GPUs, created on too few one-GPU nodes: its PodGroup says
@@ -100,6 +102,20 @@ async fn waits_whole_then_runs_whole(
 ) -> String {
     let ns = s.ns.clone();
     s.create(&ns, kind, manifest).await;
+    gang_waits_whole_then_runs_whole(s, backend, &format!("{kind:?}"), job, pods, gpus).await
+}
+
+/// The rest of [`waits_whole_then_runs_whole`], for a job `job` created another way (a TrainJob's
+/// JobSet, made by Trainer). `what` names the job's kind in the log.
+async fn gang_waits_whole_then_runs_whole(
+    s: &mut Scope,
+    backend: Backend,
+    what_kind: &str,
+    job: &str,
+    pods: usize,
+    gpus: &str,
+) -> String {
+    let ns = s.ns.clone();
     let what = format!("minMember {pods}");
     let pg = s
         .wait_pg(&ns, backend, job, &what, |pg| {
@@ -124,7 +140,7 @@ async fn waits_whole_then_runs_whole(
     s.add_node(1).await;
     let running = s.wait_all_running(&ns, job, pods).await;
     eprintln!(
-        "[{ns}] {kind:?} gang of {pods} runs whole: {:?}",
+        "[{ns}] {what_kind} gang of {pods} runs whole: {:?}",
         names_of(&running)
     );
     note
@@ -590,4 +606,138 @@ async fn m_an_lws_of_3_groups_with_room_for_2_runs_exactly_2_whole_groups(backen
     let mut s = Scope::new(&format!("e2e-m-{}", tag(backend)), true).await;
     harness::lws_runs_whole_groups(&mut s, backend, |pg| spec(pg)["minMember"].clone()).await;
     s.cleanup().await;
+}
+
+/// (n) SPEC §11, Trainer v2 with the real Trainer controller (and the JobSet controller under
+/// it): a TrainJob of 4 nodes (1 GPU each) on a runtime without a PodGroup policy runs as one
+/// gang — podgroup-sync's PodGroup, owned by the JobSet Trainer made — binding none on 3 GPUs and
+/// all 4 on 4. Then a TrainJob on a runtime whose PodGroup policy is this backend's: Trainer makes
+/// the PodGroup and links the pods itself; podgroup-sync makes none and never writes Trainer's.
+async fn n_a_trainjob_runs_as_one_gang_and_trainers_own_pod_group_is_left_alone(backend: Backend) {
+    let _turn = exclusive().await;
+    let mut s = Scope::new(&format!("e2e-n-{}", tag(backend)), true).await;
+    for _ in 0..3 {
+        s.add_node(1).await;
+    }
+    let ns = s.ns.clone();
+    let runtimes = jobs::api(
+        &s.client,
+        &ns,
+        &trainer_ar("TrainingRuntime", "trainingruntimes"),
+    );
+    let trainjobs = jobs::api(&s.client, &ns, &trainer_ar("TrainJob", "trainjobs"));
+    let create = |api: &kube::Api<DynamicObject>, manifest: Value| {
+        let api = api.clone();
+        async move {
+            let obj: DynamicObject = serde_json::from_value(manifest).expect("manifest");
+            api.create(&PostParams::default(), &obj)
+                .await
+                .unwrap_or_else(|e| panic!("create {:?}: {e}", obj.types))
+        }
+    };
+
+    let job = format!("tj-{}", s.id);
+    let runtime = training_runtime(Link::Gang(backend), &job, &job, s.pool(), 1, None);
+    create(&runtimes, runtime).await;
+    create(&trainjobs, trainjob(&job, &job, 4)).await;
+    let note = gang_waits_whole_then_runs_whole(&mut s, backend, "TrainJob", &job, 4, "4").await;
+    eprintln!("[{ns}] TrainJob of 4 nodes waited on 3 GPUs: {note}");
+    let pg = jobs::get_pg(&s.client, &ns, backend, &job)
+        .await
+        .expect("the TrainJob's PodGroup");
+    let js = jobs::api(&s.client, &ns, &Kind::JobSet.ar())
+        .get(&job)
+        .await
+        .expect("the JobSet Trainer made");
+    let controller = |o: &DynamicObject| {
+        let r = o.metadata.owner_references.iter().flatten();
+        r.filter(|r| r.controller == Some(true))
+            .map(|r| (r.kind.clone(), r.uid.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        controller(&pg),
+        vec![("JobSet".to_string(), js.metadata.uid.clone().unwrap())],
+        "podgroup-sync's PodGroup is the JobSet's"
+    );
+    assert_eq!(controller(&js)[0].0, "TrainJob", "Trainer's JobSet");
+
+    // Trainer's own gang: the GPUs freed first.
+    trainjobs
+        .delete(&job, &DeleteParams::background())
+        .await
+        .expect("delete TrainJob");
+    s.wait_pg_gone(&ns, backend, &job, "TrainJob deleted").await;
+    s.env
+        .wait(
+            &ns,
+            "the first TrainJob's pods gone",
+            harness::SLOW,
+            || async { s.pods(&ns, &job).await.is_empty().then_some(()) },
+        )
+        .await;
+    let theirs = format!("tjp-{}", s.id);
+    let policy = match backend {
+        Backend::Volcano => json!({"volcano": {}}),
+        _ => json!({"coscheduling": {"scheduleTimeoutSeconds": 60}}),
+    };
+    let runtime = training_runtime(
+        Link::Plain(backend),
+        &theirs,
+        &theirs,
+        s.pool(),
+        1,
+        Some(policy),
+    );
+    create(&runtimes, runtime).await;
+    let tj = create(&trainjobs, trainjob(&theirs, &theirs, 4)).await;
+    let running = s.wait_all_running(&ns, &theirs, 4).await;
+    let pg = jobs::get_pg(&s.client, &ns, backend, &theirs)
+        .await
+        .expect("Trainer's PodGroup");
+    assert_eq!(
+        controller(&pg),
+        vec![("TrainJob".to_string(), tj.metadata.uid.clone().unwrap())],
+        "Trainer's PodGroup is the TrainJob's"
+    );
+    let managers: Vec<String> = pg
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    assert!(
+        !managers.iter().any(|m| m == "podgroup-sync"),
+        "podgroup-sync never writes Trainer's PodGroup: {managers:?}"
+    );
+    let links = harness::pod_links(&s, &ns, &theirs, backend).await;
+    assert!(
+        links.len() == 4
+            && links
+                .iter()
+                .all(|(_, l)| l.as_deref() == Some(theirs.as_str())),
+        "every pod linked (by Trainer) to Trainer's PodGroup: {links:?}"
+    );
+    let pgs = jobs::api(&s.client, &ns, &backend.ar())
+        .list(&Default::default())
+        .await
+        .expect("list PodGroups");
+    assert_eq!(
+        names_of_objects(&pgs.items),
+        vec![theirs.clone()],
+        "no PodGroup of podgroup-sync's beside Trainer's"
+    );
+    eprintln!(
+        "[{ns}] TrainJob with Trainer's {backend:?} PodGroup ran: {:?}; its managers {managers:?}",
+        names_of(&running)
+    );
+    s.cleanup().await;
+}
+
+fn names_of_objects(objects: &[DynamicObject]) -> Vec<String> {
+    objects
+        .iter()
+        .filter_map(|o| o.metadata.name.clone())
+        .collect()
 }

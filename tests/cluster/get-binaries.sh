@@ -26,7 +26,7 @@ VOLCANO_VERSION=${VOLCANO_VERSION:-1.15.1}  # the proxy refuses 1.13.x and 1.14.
 JOBSET_VERSION=${JOBSET_VERSION:-0.12.0}
 LWS_VERSION=${LWS_VERSION:-0.9.0}
 KUBERAY_VERSION=${KUBERAY_VERSION:-1.6.0}
-TRAINER_VERSION=${TRAINER_VERSION:-2.2.0}
+TRAINER_VERSION=${TRAINER_VERSION:-2.3.0}
 
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
 PGS_CACHE=${PGS_CACHE:-$HOME/.cache/podgroup-sync}
@@ -120,7 +120,7 @@ fetch_crds() {
   d=$(modjson "github.com/ray-project/kuberay/ray-operator@v$KUBERAY_VERSION" Dir)
   cp "$d"/config/crd/bases/ray.io_{rayclusters,rayjobs}.yaml "$CRDS/workloads/"
   d=$(modjson "github.com/kubeflow/trainer/v2@v$TRAINER_VERSION" Dir)
-  cp "$d/manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml" "$CRDS/workloads/"
+  cp "$d"/manifests/base/crds/trainer.kubeflow.org_{trainjobs,trainingruntimes,clustertrainingruntimes}.yaml "$CRDS/workloads/"
   chmod -R u+w "$CRDS"
   touch "$CRDS/.done"
 }

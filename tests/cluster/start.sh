@@ -19,8 +19,8 @@
 #   READY_TIMEOUT=120   seconds each component may take to become ready
 #   AUDIT=1             the API server logs every PodGroup write (user, verb, object, times) to
 #                       $W/audit.log
-#   WORKLOAD_CRDS=1     also install the JobSet, LeaderWorkerSet, RayCluster, RayJob and TrainJob
-#                       CRDs
+#   WORKLOAD_CRDS=1     also install the JobSet, LeaderWorkerSet, RayCluster, RayJob, TrainJob,
+#                       TrainingRuntime and ClusterTrainingRuntime CRDs
 #   PGS_BIN_DIR, PGS_CRDS_DIR   use these directories instead of running get-binaries.sh
 #   NATIVE_GANG=1       Kubernetes' own gang scheduling: K8S_VERSION defaults to 1.37.2, the
 #                       GenericWorkload gate is on in every component, scheduling.k8s.io/v1beta1
@@ -146,6 +146,8 @@ if [ "${WORKLOAD_CRDS:-0}" = 1 ]; then
     "$CRDS/workloads/ray.io_rayclusters.yaml"
     "$CRDS/workloads/ray.io_rayjobs.yaml"
     "$CRDS/workloads/trainer.kubeflow.org_trainjobs.yaml"
+    "$CRDS/workloads/trainer.kubeflow.org_trainingruntimes.yaml"
+    "$CRDS/workloads/trainer.kubeflow.org_clustertrainingruntimes.yaml"
   )
 fi
 for f in "${CRD_FILES[@]}"; do [ -f "$f" ] || { echo "start.sh: CRD file $f is missing" >&2; exit 1; }; done

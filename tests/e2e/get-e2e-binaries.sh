@@ -9,12 +9,14 @@
 #
 # usage: get-e2e-binaries.sh [COMPONENT...]
 #   COMPONENT: kwok scheduler-plugins volcano training-operator mpi-operator jobset lws kuberay
+#              trainer
 #   (default: these, in that order). Builds run one after another (the machines have 2 cores).
 #
 # stdout: NAME=path lines, one per artefact:
 #   KWOK KWOK_STAGES KWOK_STAGE_CRD SCHEDULER_PLUGINS SCHEDULER_PLUGINS_CONTROLLER
 #   SCHEDULER_PLUGINS_CRDS VOLCANO_SCHEDULER VOLCANO_CONTROLLER_MANAGER VOLCANO_CRDS
-#   TRAINING_OPERATOR MPI_OPERATOR JOBSET JOBSET_CRDS LWS LWS_CRDS KUBERAY KUBERAY_CRDS
+#   TRAINING_OPERATOR MPI_OPERATOR JOBSET JOBSET_CRDS LWS LWS_CRDS KUBERAY KUBERAY_CRDS TRAINER
+#   TRAINER_CRDS
 # stderr: progress, with the wall time of each build that had to run.
 # environment: PGS_CACHE (default ~/.cache/podgroup-sync) and the variables below.
 # Measured on the 2-core machine (first build; the Go build cache already held the control
@@ -30,10 +32,13 @@ SCHEDULER_PLUGINS_VERSION=${SCHEDULER_PLUGINS_VERSION:-0.34.7}
 TRAINING_OPERATOR_VERSION=${TRAINING_OPERATOR_VERSION:-1.9.4}
 MPI_OPERATOR_VERSION=${MPI_OPERATOR_VERSION:-0.8.0}
 # The workloads of SPEC §11. The newest versions the proxy served on 2026-12-04 (it refused
-# jobset v0.13.0, lws v0.10.0 and ray-operator v1.7.0).
+# jobset v0.13.0, lws v0.10.0 and ray-operator v1.7.0). Trainer v2.3.0 was the newest it served
+# on 2026-12-06 (v2.4.0 refused); it links k8s 0.36.2 like lws v0.9.0, so the two share compiled
+# packages.
 JOBSET_VERSION=${JOBSET_VERSION:-0.12.0}
 LWS_VERSION=${LWS_VERSION:-0.9.0}
 KUBERAY_VERSION=${KUBERAY_VERSION:-1.6.0}
+TRAINER_VERSION=${TRAINER_VERSION:-2.3.0}
 # Kubernetes libraries the schedulers are built against, when not the ones their go.mod pins
 # (same minor only). scheduler-plugins v0.34.7 pins k8s 1.34.7, but the proxy refuses some of
 # its staging modules at v0.34.7 (k8s.io/cluster-bootstrap: 403); 1.34.4 is the control plane's
@@ -253,7 +258,15 @@ build_kuberay() {
     config/crd/bases/ray.io_rayservices.yaml
 }
 
-[ $# -gt 0 ] || set -- kwok scheduler-plugins volcano training-operator mpi-operator jobset lws kuberay
+build_trainer() {
+  build_operator trainer github.com/kubeflow/trainer/v2 "$TRAINER_VERSION" trainer-controller-manager \
+    github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager \
+    manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml \
+    manifests/base/crds/trainer.kubeflow.org_trainingruntimes.yaml \
+    manifests/base/crds/trainer.kubeflow.org_clustertrainingruntimes.yaml
+}
+
+[ $# -gt 0 ] || set -- kwok scheduler-plugins volcano training-operator mpi-operator jobset lws kuberay trainer
 for c in "$@"; do
   case $c in
     kwok) build_kwok ;;
@@ -264,6 +277,7 @@ for c in "$@"; do
     jobset) build_jobset ;;
     lws) build_lws ;;
     kuberay) build_kuberay ;;
+    trainer) build_trainer ;;
     *) echo "get-e2e-binaries.sh: unknown component $c" >&2; exit 2 ;;
   esac
 done

@@ -711,6 +711,52 @@ pub fn jobset(
     workload(Kind::JobSet, link, name, spec)
 }
 
+/// Trainer v2's API group (TrainJob, TrainingRuntime).
+pub fn trainer_ar(kind: &str, plural: &str) -> kube::api::ApiResource {
+    jobs::ar("trainer.kubeflow.org", "v1alpha1", kind, plural)
+}
+
+/// A namespaced TrainingRuntime named `name` for TrainJob `job`: Trainer's torch policy and one
+/// replicated job `node` (the trainer step), whose pods are per `link` (a gang's backend is
+/// annotated on the JobSet template), pinned to `pool`, with `gpus` GPUs each;
+/// `pod_group_policy` (Trainer's own gang, e.g. `{"coscheduling": {}}`) when given.
+pub fn training_runtime(
+    link: Link,
+    name: &str,
+    job: &str,
+    pool: &str,
+    gpus: u32,
+    pod_group_policy: Option<Value>,
+) -> Value {
+    let mut pod = template(link, job, pool, "node", &self::replicas("node", 1, gpus));
+    pod["spec"]["restartPolicy"] = json!("Never");
+    // The JobSet Trainer makes carries the annotations of the runtime's template.
+    let mut metadata = json!({});
+    if let Link::Gang(b) = link {
+        metadata["annotations"] = json!({"podgroup-sync.io/backend": b.name()});
+    }
+    let mut spec = json!({
+        "mlPolicy": {"numNodes": 1, "torch": {}},
+        "template": {"metadata": metadata, "spec": {"replicatedJobs": [{"name": "node",
+            "template": {
+                "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                "spec": {"backoffLimit": 0, "template": pod}}}]}},
+    });
+    if let Some(policy) = pod_group_policy {
+        spec["podGroupPolicy"] = policy;
+    }
+    json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainingRuntime",
+        "metadata": {"name": name}, "spec": spec})
+}
+
+/// A TrainJob named `name` of `nodes` nodes on the namespaced runtime `runtime`.
+pub fn trainjob(name: &str, runtime: &str, nodes: u32) -> Value {
+    json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": name},
+        "spec": {"runtimeRef": {"name": runtime, "apiGroup": "trainer.kubeflow.org",
+            "kind": "TrainingRuntime"}, "trainer": {"numNodes": nodes}}})
+}
+
 /// A RayCluster named `name`: a head without GPUs and one worker group of `replicas` ×
 /// `hosts` pods of one GPU (minReplicas = replicas), its pods per `link`, pinned to `pool`.
 pub fn raycluster(link: Link, name: &str, pool: &str, replicas: u32, hosts: u32) -> Value {
@@ -856,8 +902,8 @@ pub fn leaderworkerset(
 }
 
 /// The PodGroup each pod of `job` is linked to, by the backend's link, with its group index
-/// (the LWS label) — untyped: the 1.34 Pod type has no `schedulingGroup`.
-pub async fn lws_links(
+/// (the LWS label; empty for other kinds) — untyped: the 1.34 Pod type has no `schedulingGroup`.
+pub async fn pod_links(
     s: &Scope,
     ns: &str,
     job: &str,
@@ -961,7 +1007,7 @@ pub async fn lws_runs_whole_groups(
         "2 whole groups bound, the third none: {by_group:?}\n{}",
         s.diagnostics()
     );
-    let links = lws_links(s, &ns, &job, b).await;
+    let links = pod_links(s, &ns, &job, b).await;
     assert!(
         links
             .iter()

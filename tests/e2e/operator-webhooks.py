@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""operator-webhooks.py OPERATOR PORT CA_FILE: the webhook configurations of the JobSet or the
-LeaderWorkerSet controller (OPERATOR: jobset or lws) as their upstream manifests register them
+"""operator-webhooks.py OPERATOR PORT CA_FILE: the webhook configurations of the JobSet, the
+LeaderWorkerSet or the Trainer v2 controller (OPERATOR: jobset, lws or trainer) as their upstream
+manifests register them
 (failurePolicy Fail; the pod webhooks only for pods with the operator's name label), reached by
 URL on loopback instead of a Service. Prints a v1 List."""
 import base64, json, sys
@@ -49,6 +50,16 @@ elif operator == "lws":
         hook("vpod.kb.io", "/validate--v1-pod", "", "v1", "pods", ["CREATE", "UPDATE"], LABEL),
         hook("vdisaggregatedset.kb.io", "/validate-disaggregatedset-x-k8s-io-v1-disaggregatedset",
              *DS, ["CREATE", "UPDATE"])]
+elif operator == "trainer":
+    G, V = "trainer.kubeflow.org", "v1alpha1"
+    mutating = [
+        hook("defaulter.trainjob.trainer.kubeflow.org",
+             "/mutate-trainer-kubeflow-org-v1alpha1-trainjob", G, V, "trainjobs",
+             ["CREATE", "UPDATE"])]
+    validating = [
+        hook(f"validator.{r[:-1]}.trainer.kubeflow.org",
+             f"/validate-trainer-kubeflow-org-v1alpha1-{r[:-1]}", G, V, r, ["CREATE", "UPDATE"])
+        for r in ("clustertrainingruntimes", "trainingruntimes", "trainjobs")]
 else:
     sys.exit(f"operator-webhooks.py: unknown operator {operator}")
 

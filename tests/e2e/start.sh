@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Starts the end-to-end components next to a running test control plane (tests/cluster/start.sh):
 #   kwok                          simulated nodes and pod lifecycle (stages below)
-#   kube-controller-manager       a second one, with only the node-lifecycle and pod GC controllers
+#   kube-controller-manager       a second one, with only the node-lifecycle, pod GC and StatefulSet
+#                                 controllers (LeaderWorkerSets run their groups as StatefulSets)
 #   scheduler-plugins scheduler   profile "default-scheduler" with Coscheduling
 #   scheduler-plugins controller  fills the coscheduling PodGroups' status (phase, counts)
 #   volcano controller-manager    only queue-controller (opens Queues) and pg-controller (PodGroups
@@ -11,6 +12,8 @@
 #   mpi-operator v2               MPIJob v2beta1, gang scheduling off
 #   JobSet controller             JobSets (SPEC §11), its webhooks registered on loopback
 #   KubeRay operator              RayClusters and RayJobs, batch scheduler off
+#   Trainer controller manager    Trainer v2's TrainJobs (run as JobSets), its webhooks registered
+#                                 on loopback
 # Every process talks to the API server only, listens on loopback where it has a flag for it,
 # and is listed in WORK_DIR/pids. Two listeners cannot be moved: the training-operator's webhook
 # server (all interfaces, a free port) and the mpi-operator's health check (:8080, hardcoded).
@@ -94,13 +97,15 @@ fi
 # --- binaries ---------------------------------------------------------------------------------
 log "get-e2e-binaries.sh (cold: tens of minutes; warm: a second)"
 if [ "$E2E_NATIVE" = 1 ]; then
-  COMPONENTS=(kwok training-operator mpi-operator jobset lws kuberay)
-  NEEDED=(KWOK KWOK_STAGES TRAINING_OPERATOR MPI_OPERATOR JOBSET LWS LWS_CRDS KUBERAY KUBERAY_CRDS)
+  COMPONENTS=(kwok training-operator mpi-operator jobset lws kuberay trainer)
+  NEEDED=(KWOK KWOK_STAGES TRAINING_OPERATOR MPI_OPERATOR JOBSET LWS LWS_CRDS KUBERAY KUBERAY_CRDS
+          TRAINER TRAINER_CRDS)
 else
-  COMPONENTS=(kwok scheduler-plugins volcano training-operator mpi-operator jobset lws kuberay)
+  COMPONENTS=(kwok scheduler-plugins volcano training-operator mpi-operator jobset lws kuberay
+              trainer)
   NEEDED=(KWOK KWOK_STAGES SCHEDULER_PLUGINS SCHEDULER_PLUGINS_CONTROLLER SCHEDULER_PLUGINS_CRDS
           VOLCANO_SCHEDULER VOLCANO_CONTROLLER_MANAGER VOLCANO_CRDS TRAINING_OPERATOR MPI_OPERATOR
-          JOBSET LWS LWS_CRDS KUBERAY KUBERAY_CRDS)
+          JOBSET LWS LWS_CRDS KUBERAY KUBERAY_CRDS TRAINER TRAINER_CRDS)
 fi
 out=$("$HERE/get-e2e-binaries.sh" "${COMPONENTS[@]}" </dev/null) || fail binaries "get-e2e-binaries.sh failed"
 eval "$(printf '%s\n' "$out" | grep -E '^[A-Z_]+=' | sed -E 's/^([A-Z_]+)=(.*)$/\1=\x27\2\x27/')"
@@ -121,7 +126,7 @@ kubectl() { "$CP_BIN/kubectl" --kubeconfig="$KC" "$@"; }
 
 read -r KWOK_PORT NKCM_PORT SP_PORT SPC_METRICS SPC_PROBE VC_LISTEN VC_HEALTH VCM_LISTEN \
   VCM_HEALTH TO_METRICS TO_PROBE TO_WEBHOOK JS_WEBHOOK JS_METRICS JS_PROBE RAY_METRICS \
-  RAY_PROBE LWS_WEBHOOK LWS_PROBE < <(free_ports 19)
+  RAY_PROBE LWS_WEBHOOK LWS_PROBE TR_WEBHOOK TR_PROBE < <(free_ports 21)
 
 # --- cluster objects the components need --------------------------------------------------------
 if [ "$E2E_NATIVE" != 1 ]; then
@@ -216,12 +221,13 @@ wait_ready kwok "$STARTED_PID" http_ok "http://127.0.0.1:$KWOK_PORT/healthz"
 # The API server taints every new Node node.kubernetes.io/not-ready:NoSchedule
 # (TaintNodesByCondition); the node-lifecycle-controller removes the taint once the node is
 # Ready (kwok renews the node leases). The control plane's KCM runs without it, so a second KCM
-# runs just the node controllers (the pod GC also removes pods left on deleted nodes).
-log "kube-controller-manager: node-lifecycle, pod-garbage-collector (secure port 127.0.0.1:$NKCM_PORT)"
+# runs just the node controllers (the pod GC also removes pods left on deleted nodes), and the
+# StatefulSet controller: a LeaderWorkerSet's leaders and each group's workers are StatefulSets.
+log "kube-controller-manager: node-lifecycle, pod-garbage-collector, statefulset (secure port 127.0.0.1:$NKCM_PORT)"
 start node-kcm "$CP_BIN/kube-controller-manager" --kubeconfig="$KC" \
   --authentication-kubeconfig="$KC" --authorization-kubeconfig="$KC" \
   --bind-address=127.0.0.1 --secure-port="$NKCM_PORT" --cert-dir="$W/node-kcm-certs" \
-  --leader-elect=false --controllers=node-lifecycle-controller,pod-garbage-collector-controller
+  --leader-elect=false --controllers=node-lifecycle-controller,pod-garbage-collector-controller,statefulset-controller
 wait_ready node-kcm "$STARTED_PID" https_ok "https://127.0.0.1:$NKCM_PORT/healthz"
 
 if [ "$E2E_NATIVE" = 1 ]; then
@@ -404,6 +410,37 @@ log "kuberay operator (probe 127.0.0.1:$RAY_PROBE)"
 start kuberay env -u KUBECONFIG "$KUBERAY" --kubeconfig="$KC" --metrics-addr="127.0.0.1:$RAY_METRICS" \
   --health-probe-bind-address="127.0.0.1:$RAY_PROBE" --enable-leader-election=false
 wait_ready kuberay "$STARTED_PID" http_ok "http://127.0.0.1:$RAY_PROBE/readyz"
+
+# --- Trainer v2 controller manager -------------------------------------------------------------
+# Gang scheduling is a runtime's choice (podGroupPolicy): a runtime without one leaves the
+# TrainJob's JobSet to podgroup-sync. Its webhooks default and validate TrainJobs and runtimes;
+# served on loopback with the JobSet controller's certificate, which controller-runtime reads from
+# $TMPDIR/k8s-webhook-server/serving-certs (Trainer's configuration names no certificate
+# directory). The control plane installs its CRDs with WORKLOAD_CRDS=1; applied here too, so the
+# tier runs on a control plane started without them.
+kubectl apply --server-side --force-conflicts --field-manager=podgroup-sync-e2e \
+  -f "$TRAINER_CRDS" >"$W/trainer-setup.log" 2>&1 ||
+  fail trainer-setup "kubectl apply of Trainer's CRDs failed"
+TR_CERTS=$W/trainer-tmp/k8s-webhook-server/serving-certs
+mkdir -p "$TR_CERTS"
+cp "$OP_CERTS/tls.crt" "$OP_CERTS/tls.key" "$TR_CERTS/"
+cat > "$W/trainer-config.yaml" <<EOF
+apiVersion: config.trainer.kubeflow.org/v1alpha1
+kind: Configuration
+leaderElection: {leaderElect: false}
+certManagement: {enable: false}
+webhook: {port: $TR_WEBHOOK, host: 127.0.0.1}
+metrics: {bindAddress: "0"}
+health: {healthProbeBindAddress: "127.0.0.1:$TR_PROBE", readinessEndpointName: readyz, livenessEndpointName: healthz}
+EOF
+log "trainer controller manager (probe 127.0.0.1:$TR_PROBE, webhook 127.0.0.1:$TR_WEBHOOK)"
+start trainer env -u KUBECONFIG TMPDIR="$W/trainer-tmp" "$TRAINER" --kubeconfig="$KC" \
+  --config="$W/trainer-config.yaml"
+wait_ready trainer "$STARTED_PID" http_ok "http://127.0.0.1:$TR_PROBE/readyz"
+python3 "$HERE/operator-webhooks.py" trainer "$TR_WEBHOOK" "$OP_CERTS/ca.crt" > "$W/trainer-webhooks.json" ||
+  fail trainer-setup "cannot write the Trainer webhook configurations"
+kubectl apply -f "$W/trainer-webhooks.json" >>"$W/trainer-setup.log" 2>&1 ||
+  fail trainer-setup "cannot register the Trainer webhooks"
 
 {
   printf 'export E2E_DIR=%q\n' "$W"
