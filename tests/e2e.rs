@@ -16,10 +16,10 @@ mod harness;
 mod support;
 
 use harness::{
-    Link, Replicas, Scope, exclusive, is_bound, jobset, names_of, raycluster, replicas, trainer_ar,
-    training_job, training_runtime, trainjob,
+    Link, Replicas, Scope, create_trainjob, exclusive, is_bound, jobset, names_of, raycluster,
+    replicas, trainer_ar, training_job,
 };
-use kube::api::{DeleteParams, DynamicObject, PostParams};
+use kube::api::{DeleteParams, DynamicObject};
 use serde_json::{Value, json};
 use support::jobs::{self, Backend, Kind, spec};
 
@@ -620,26 +620,8 @@ async fn n_a_trainjob_runs_as_one_gang_and_trainers_own_pod_group_is_left_alone(
         s.add_node(1).await;
     }
     let ns = s.ns.clone();
-    let runtimes = jobs::api(
-        &s.client,
-        &ns,
-        &trainer_ar("TrainingRuntime", "trainingruntimes"),
-    );
-    let trainjobs = jobs::api(&s.client, &ns, &trainer_ar("TrainJob", "trainjobs"));
-    let create = |api: &kube::Api<DynamicObject>, manifest: Value| {
-        let api = api.clone();
-        async move {
-            let obj: DynamicObject = serde_json::from_value(manifest).expect("manifest");
-            api.create(&PostParams::default(), &obj)
-                .await
-                .unwrap_or_else(|e| panic!("create {:?}: {e}", obj.types))
-        }
-    };
-
     let job = format!("tj-{}", s.id);
-    let runtime = training_runtime(Link::Gang(backend), &job, &job, s.pool(), 1, None);
-    create(&runtimes, runtime).await;
-    create(&trainjobs, trainjob(&job, &job, 4)).await;
+    create_trainjob(&s, Link::Gang(backend), &job, 4, 1, None).await;
     let note = gang_waits_whole_then_runs_whole(&mut s, backend, "TrainJob", &job, 4, "4").await;
     eprintln!("[{ns}] TrainJob of 4 nodes waited on 3 GPUs: {note}");
     let pg = jobs::get_pg(&s.client, &ns, backend, &job)
@@ -663,7 +645,7 @@ async fn n_a_trainjob_runs_as_one_gang_and_trainers_own_pod_group_is_left_alone(
     assert_eq!(controller(&js)[0].0, "TrainJob", "Trainer's JobSet");
 
     // Trainer's own gang: the GPUs freed first.
-    trainjobs
+    jobs::api(&s.client, &ns, &trainer_ar("TrainJob", "trainjobs"))
         .delete(&job, &DeleteParams::background())
         .await
         .expect("delete TrainJob");
@@ -681,16 +663,7 @@ async fn n_a_trainjob_runs_as_one_gang_and_trainers_own_pod_group_is_left_alone(
         Backend::Volcano => json!({"volcano": {}}),
         _ => json!({"coscheduling": {"scheduleTimeoutSeconds": 60}}),
     };
-    let runtime = training_runtime(
-        Link::Plain(backend),
-        &theirs,
-        &theirs,
-        s.pool(),
-        1,
-        Some(policy),
-    );
-    create(&runtimes, runtime).await;
-    let tj = create(&trainjobs, trainjob(&theirs, &theirs, 4)).await;
+    let tj = create_trainjob(&s, Link::Plain(backend), &theirs, 4, 1, Some(policy)).await;
     let running = s.wait_all_running(&ns, &theirs, 4).await;
     let pg = jobs::get_pg(&s.client, &ns, backend, &theirs)
         .await

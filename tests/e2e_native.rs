@@ -188,6 +188,13 @@ async fn native_waits_whole_then_binds_whole(
 ) {
     let ns = s.ns.clone();
     s.create(&ns, kind, manifest).await;
+    native_gang_waits_then_binds(s, &format!("{kind:?}"), job, pods).await;
+}
+
+/// The rest of [`native_waits_whole_then_binds_whole`], for a job `job` made another way (a
+/// TrainJob's JobSet, made by Trainer); `what_kind` names it in messages.
+async fn native_gang_waits_then_binds(s: &mut Scope, what_kind: &str, job: &str, pods: usize) {
+    let ns = s.ns.clone();
     s.wait_pg(&ns, B, job, &format!("minCount {pods}"), |pg| {
         min_count(pg) == pods as u64
     })
@@ -197,20 +204,20 @@ async fn native_waits_whole_then_binds_whole(
     let waiting = s.pods(&ns, job).await;
     assert!(
         waiting.iter().all(|p| !is_bound(p)),
-        "{kind:?}: a gang of {pods} without room for all: no pod may bind: {:?}\n{}",
+        "{what_kind}: a gang of {pods} without room for all: no pod may bind: {:?}\n{}",
         names_of(&waiting),
         s.diagnostics()
     );
     assert_eq!(
         scheduling_groups(s, &ns, job).await,
         vec![Some(job.to_string()); pods],
-        "{kind:?}: the webhook links every pod\n{}",
+        "{what_kind}: the webhook links every pod\n{}",
         s.diagnostics()
     );
     s.add_node(1).await;
     let running = s.wait_all_running(&ns, job, pods).await;
     eprintln!(
-        "[{ns}] native {kind:?} gang of {pods} waited ({note}); runs whole: {:?}",
+        "[{ns}] native {what_kind} gang of {pods} waited ({note}); runs whole: {:?}",
         names_of(&running)
     );
 }
@@ -258,5 +265,21 @@ async fn g_an_lws_of_3_groups_with_room_for_2_runs_exactly_2_whole_groups() {
     let _turn = exclusive().await;
     let mut s = scope("e2e-ng", true).await;
     harness::lws_runs_whole_groups(&mut s, B, min_count).await;
+    s.cleanup().await;
+}
+
+/// (h) The real Trainer v2 controller's TrainJob of 4 nodes (1 GPU each) on a runtime without a
+/// PodGroup policy, on 3 GPUs: its JobSet's native PodGroup holds every pod back; with a fourth
+/// GPU all bind.
+#[tokio::test]
+async fn h_a_trainjob_runs_as_one_gang() {
+    let _turn = exclusive().await;
+    let mut s = scope("e2e-nh", true).await;
+    for _ in 0..3 {
+        s.add_node(1).await;
+    }
+    let job = format!("tj-{}", s.id);
+    harness::create_trainjob(&s, Link::Gang(B), &job, 4, 1, None).await;
+    native_gang_waits_then_binds(&mut s, "TrainJob", &job, 4).await;
     s.cleanup().await;
 }

@@ -757,6 +757,33 @@ pub fn trainjob(name: &str, runtime: &str, nodes: u32) -> Value {
             "kind": "TrainingRuntime"}, "trainer": {"numNodes": nodes}}})
 }
 
+/// Creates TrainJob `name` of `nodes` nodes (`gpus` GPUs each) on a TrainingRuntime of its own
+/// (also `name`, see [`training_runtime`]) in `s`'s namespace; returns the TrainJob.
+pub async fn create_trainjob(
+    s: &Scope,
+    link: Link,
+    name: &str,
+    nodes: u32,
+    gpus: u32,
+    pod_group_policy: Option<Value>,
+) -> DynamicObject {
+    let runtime = training_runtime(link, name, name, s.pool(), gpus, pod_group_policy);
+    for (manifest, kind, plural) in [
+        (runtime, "TrainingRuntime", "trainingruntimes"),
+        (trainjob(name, name, nodes), "TrainJob", "trainjobs"),
+    ] {
+        let obj: DynamicObject = serde_json::from_value(manifest).expect("manifest");
+        let created = jobs::api(&s.client, &s.ns, &trainer_ar(kind, plural))
+            .create(&PostParams::default(), &obj)
+            .await
+            .unwrap_or_else(|e| panic!("create {kind} {name}: {e}"));
+        if kind == "TrainJob" {
+            return created;
+        }
+    }
+    unreachable!("the TrainJob is created last")
+}
+
 /// A RayCluster named `name`: a head without GPUs and one worker group of `replicas` ×
 /// `hosts` pods of one GPU (minReplicas = replicas), its pods per `link`, pinned to `pool`.
 pub fn raycluster(link: Link, name: &str, pool: &str, replicas: u32, hosts: u32) -> Value {
