@@ -673,13 +673,7 @@ async fn n_a_trainjob_runs_as_one_gang_and_trainers_own_pod_group_is_left_alone(
         vec![("TrainJob".to_string(), tj.metadata.uid.clone().unwrap())],
         "Trainer's PodGroup is the TrainJob's"
     );
-    let managers: Vec<String> = pg
-        .metadata
-        .managed_fields
-        .iter()
-        .flatten()
-        .filter_map(|m| m.manager.clone())
-        .collect();
+    let managers = support::lifecycle::field_managers(&pg);
     assert!(
         !managers.iter().any(|m| m == "podgroup-sync"),
         "podgroup-sync never writes Trainer's PodGroup: {managers:?}"

@@ -75,13 +75,7 @@ impl Gang<'_> {
                 .map(String::as_str),
             Some("podgroup-sync")
         );
-        let managers: Vec<_> = pg
-            .metadata
-            .managed_fields
-            .iter()
-            .flatten()
-            .filter_map(|m| m.manager.clone())
-            .collect();
+        let managers = field_managers(&pg);
         assert!(
             managers.contains(&"podgroup-sync".to_string()),
             "{managers:?}"
@@ -201,6 +195,12 @@ impl Gang<'_> {
 }
 
 /// The ownerReference a PodGroup of `job` must carry.
+/// The field managers that wrote `o` (its managedFields).
+pub fn field_managers(o: &DynamicObject) -> Vec<String> {
+    let fields = o.metadata.managed_fields.iter().flatten();
+    fields.filter_map(|m| m.manager.clone()).collect()
+}
+
 pub fn owner_ref_of(job: &DynamicObject) -> Value {
     json!([{
         "apiVersion": job.types.as_ref().unwrap().api_version,
