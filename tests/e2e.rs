@@ -86,6 +86,7 @@ for_each_backend!(
     l_a_rayjob_runs_on_a_whole_gang_and_suspending_it_frees_the_pod_group,
     m_an_lws_of_3_groups_with_room_for_2_runs_exactly_2_whole_groups,
     n_a_trainjob_runs_as_one_gang_and_trainers_own_pod_group_is_left_alone,
+    o_a_leader_ready_lws_starts_without_deadlock,
 );
 
 /// A gang of `pods` pods needing `gpus` GPUs, created on too few one-GPU nodes: its PodGroup says
@@ -683,7 +684,7 @@ async fn n_a_trainjob_runs_as_one_gang_and_trainers_own_pod_group_is_left_alone(
         links.len() == 4
             && links
                 .iter()
-                .all(|(_, l)| l.as_deref() == Some(theirs.as_str())),
+                .all(|l| l.link.as_deref() == Some(theirs.as_str())),
         "every pod linked (by Trainer) to Trainer's PodGroup: {links:?}"
     );
     let pgs = jobs::api(&s.client, &ns, &backend.ar())
@@ -707,4 +708,16 @@ fn names_of_objects(objects: &[DynamicObject]) -> Vec<String> {
         .iter()
         .filter_map(|o| o.metadata.name.clone())
         .collect()
+}
+
+/// (o) SPEC §11: an LWS under `startupPolicy: LeaderReady` creates its workers only once the
+/// leader is ready; the gang is the workers, so the group starts without deadlock.
+async fn o_a_leader_ready_lws_starts_without_deadlock(backend: Backend) {
+    let _turn = exclusive().await;
+    let mut s = Scope::new(&format!("e2e-o-{}", tag(backend)), true).await;
+    harness::lws_leader_ready_starts_without_deadlock(&mut s, backend, |pg| {
+        spec(pg)["minMember"].clone()
+    })
+    .await;
+    s.cleanup().await;
 }

@@ -283,3 +283,13 @@ async fn h_a_trainjob_runs_as_one_gang() {
     native_gang_waits_then_binds(&mut s, "TrainJob", &job, 4).await;
     s.cleanup().await;
 }
+
+/// (i) The real LWS controller under `startupPolicy: LeaderReady`: the gang is the workers, so
+/// the leader binds alone and the group starts without deadlock.
+#[tokio::test]
+async fn i_a_leader_ready_lws_starts_without_deadlock() {
+    let _turn = exclusive().await;
+    let mut s = scope("e2e-ni", true).await;
+    harness::lws_leader_ready_starts_without_deadlock(&mut s, B, min_count).await;
+    s.cleanup().await;
+}

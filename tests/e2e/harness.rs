@@ -904,6 +904,19 @@ pub fn leaderworkerset(
     size: u32,
     gpus: u32,
 ) -> Value {
+    leaderworkerset_with(link, name, pool, replicas, size, gpus, json!({}))
+}
+
+/// [`leaderworkerset`] with `spec_extra` merged into `spec` (e.g. a startup policy).
+pub fn leaderworkerset_with(
+    link: Link,
+    name: &str,
+    pool: &str,
+    replicas: u32,
+    size: u32,
+    gpus: u32,
+    spec_extra: Value,
+) -> Value {
     let leader = template(
         link,
         name,
@@ -922,20 +935,28 @@ pub fn leaderworkerset(
     if let Link::Gang(b) = link {
         metadata["annotations"] = json!({"podgroup-sync.io/backend": b.name()});
     }
+    let mut spec = json!({"replicas": replicas, "leaderWorkerTemplate": {"size": size,
+        "leaderTemplate": leader, "workerTemplate": worker}});
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), spec_extra.as_object()) {
+        spec.extend(extra.clone());
+    }
     json!({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
-        "metadata": metadata,
-        "spec": {"replicas": replicas, "leaderWorkerTemplate": {"size": size,
-            "leaderTemplate": leader, "workerTemplate": worker}}})
+        "metadata": metadata, "spec": spec})
 }
 
-/// The PodGroup each pod of `job` is linked to, by the backend's link, with its group index
-/// (the LWS label; empty for other kinds) — untyped: the 1.34 Pod type has no `schedulingGroup`.
-pub async fn pod_links(
-    s: &Scope,
-    ns: &str,
-    job: &str,
-    b: Backend,
-) -> Vec<(String, Option<String>)> {
+/// A pod of a test job and the PodGroup it is linked to.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PodLink {
+    pub pod: String,
+    /// The LWS group index label (empty for other kinds).
+    pub group: String,
+    /// The PodGroup named by the backend's link.
+    pub link: Option<String>,
+}
+
+/// The PodGroup each pod of `job` is linked to, by the backend's link, with its group index —
+/// untyped: the 1.34 Pod type has no `schedulingGroup`.
+pub async fn pod_links(s: &Scope, ns: &str, job: &str, b: Backend) -> Vec<PodLink> {
     let ar = kube::api::ApiResource::erase::<Pod>(&());
     let pods = jobs::api(&s.client, ns, &ar)
         .list(&ListParams::default().labels(&format!("{JOB_LABEL}={job}")))
@@ -972,7 +993,11 @@ pub async fn pod_links(
                     .cloned(),
                 Backend::Kubernetes => at(p, "/spec/schedulingGroup/podGroupName"),
             };
-            (group, link)
+            PodLink {
+                pod: p.metadata.name.clone().unwrap_or_default(),
+                group,
+                link,
+            }
         })
         .collect()
 }
@@ -1038,7 +1063,7 @@ pub async fn lws_runs_whole_groups(
     assert!(
         links
             .iter()
-            .all(|(g, link)| link.as_deref() == Some(format!("{job}-{g}").as_str())),
+            .all(|l| l.link.as_deref() == Some(format!("{job}-{}", l.group).as_str())),
         "every pod linked to its group's PodGroup: {links:?}"
     );
     for _ in 0..4 {
@@ -1047,6 +1072,57 @@ pub async fn lws_runs_whole_groups(
     let running = s.wait_all_running(&ns, &job, 12).await;
     eprintln!(
         "[{ns}] {b:?}: LWS of 3 groups of 4 on 8 GPUs ran 2 whole groups ({by_group:?}); on 12 all: {:?}",
+        names_of(&running)
+    );
+}
+
+/// SPEC §11 with the real LWS controller: under `startupPolicy: LeaderReady` the workers are
+/// created only once the leader is ready, so the gang is the workers (a gang of leader and workers
+/// would wait for pods that come only after it runs). One group of a leader and 3 workers (1 GPU
+/// each) on 4 one-GPU nodes: the PodGroup's minimum is 3 (read by `min`), the leader carries no
+/// link and binds alone, then the workers come, linked to the group's PodGroup, and all 4 run.
+pub async fn lws_leader_ready_starts_without_deadlock(
+    s: &mut Scope,
+    b: Backend,
+    min: impl Fn(&DynamicObject) -> Value,
+) {
+    for _ in 0..4 {
+        s.add_node(1).await;
+    }
+    let ns = s.ns.clone();
+    let job = format!("lr-{}", s.id);
+    let startup = json!({"startupPolicy": "LeaderReady"});
+    let manifest = leaderworkerset_with(Link::Gang(b), &job, s.pool(), 1, 4, 1, startup);
+    let obj: DynamicObject = serde_json::from_value(manifest).unwrap();
+    jobs::api(&s.client, &ns, &support::lws::ar())
+        .create(&PostParams::default(), &obj)
+        .await
+        .expect("create LeaderWorkerSet");
+    let group = format!("{job}-0");
+    s.wait_pg(&ns, b, &group, "minimum 3 (the workers)", |pg| min(pg) == 3)
+        .await;
+    let running = s.wait_all_running(&ns, &job, 4).await;
+    // The leader pod is named after its group.
+    let mut links: Vec<(bool, Option<String>)> = pod_links(s, &ns, &job, b)
+        .await
+        .into_iter()
+        .map(|l| (l.pod == group, l.link))
+        .collect();
+    links.sort();
+    let worker = Some(group.clone());
+    assert_eq!(
+        links,
+        vec![
+            (false, worker.clone()),
+            (false, worker.clone()),
+            (false, worker),
+            (true, None)
+        ],
+        "the workers linked to the group's PodGroup, the leader to none\n{}",
+        s.diagnostics()
+    );
+    eprintln!(
+        "[{ns}] {b:?}: LeaderReady LWS started without deadlock: {:?}",
         names_of(&running)
     );
 }
