@@ -335,6 +335,16 @@ impl Scope {
         jobs::create(&self.client, ns, kind, manifest).await
     }
 
+    /// Creates `manifest`, an object of `ar` (a kind podgroup-sync does not watch itself, or a
+    /// LeaderWorkerSet), in this scope's namespace.
+    pub async fn create_as(&self, ar: &kube::api::ApiResource, manifest: Value) -> DynamicObject {
+        let obj: DynamicObject = serde_json::from_value(manifest).expect("manifest");
+        jobs::api(&self.client, &self.ns, ar)
+            .create(&PostParams::default(), &obj)
+            .await
+            .unwrap_or_else(|e| panic!("create {} in {}: {e}", ar.kind, self.ns))
+    }
+
     /// The pods of job `job` in `ns` (by the test's job label).
     pub async fn pods(&self, ns: &str, job: &str) -> Vec<Pod> {
         Api::<Pod>::namespaced(self.client.clone(), ns)
@@ -768,20 +778,11 @@ pub async fn create_trainjob(
     pod_group_policy: Option<Value>,
 ) -> DynamicObject {
     let runtime = training_runtime(link, name, name, s.pool(), gpus, pod_group_policy);
-    for (manifest, kind, plural) in [
-        (runtime, "TrainingRuntime", "trainingruntimes"),
-        (trainjob(name, name, nodes), "TrainJob", "trainjobs"),
-    ] {
-        let obj: DynamicObject = serde_json::from_value(manifest).expect("manifest");
-        let created = jobs::api(&s.client, &s.ns, &trainer_ar(kind, plural))
-            .create(&PostParams::default(), &obj)
-            .await
-            .unwrap_or_else(|e| panic!("create {kind} {name}: {e}"));
-        if kind == "TrainJob" {
-            return created;
-        }
-    }
-    unreachable!("the TrainJob is created last")
+    s.create_as(&trainer_ar("TrainingRuntime", "trainingruntimes"), runtime)
+        .await;
+    let trainjob = trainjob(name, name, nodes);
+    s.create_as(&trainer_ar("TrainJob", "trainjobs"), trainjob)
+        .await
 }
 
 /// A RayCluster named `name`: a head without GPUs and one worker group of `replicas` ×
@@ -1017,11 +1018,7 @@ pub async fn lws_runs_whole_groups(
     let ns = s.ns.clone();
     let job = format!("lws-{}", s.id);
     let manifest = leaderworkerset(Link::Gang(b), &job, s.pool(), 3, 4, 1);
-    let obj: DynamicObject = serde_json::from_value(manifest).unwrap();
-    jobs::api(&s.client, &ns, &support::lws::ar())
-        .create(&PostParams::default(), &obj)
-        .await
-        .expect("create LeaderWorkerSet");
+    s.create_as(&support::lws::ar(), manifest).await;
     for g in 0..3 {
         s.wait_pg(&ns, b, &format!("{job}-{g}"), "minimum 4", |pg| {
             min(pg) == 4
@@ -1093,11 +1090,7 @@ pub async fn lws_leader_ready_starts_without_deadlock(
     let job = format!("lr-{}", s.id);
     let startup = json!({"startupPolicy": "LeaderReady"});
     let manifest = leaderworkerset_with(Link::Gang(b), &job, s.pool(), 1, 4, 1, startup);
-    let obj: DynamicObject = serde_json::from_value(manifest).unwrap();
-    jobs::api(&s.client, &ns, &support::lws::ar())
-        .create(&PostParams::default(), &obj)
-        .await
-        .expect("create LeaderWorkerSet");
+    s.create_as(&support::lws::ar(), manifest).await;
     let group = format!("{job}-0");
     s.wait_pg(&ns, b, &group, "minimum 3 (the workers)", |pg| min(pg) == 3)
         .await;
