@@ -107,7 +107,7 @@ async fn waits_whole_then_runs_whole(
 }
 
 /// The rest of [`waits_whole_then_runs_whole`], for a job `job` created another way (a TrainJob's
-/// JobSet, made by Trainer). `what` names the job's kind in the log.
+/// JobSet, made by Trainer). `what_kind` names the job's kind in the log.
 async fn gang_waits_whole_then_runs_whole(
     s: &mut Scope,
     backend: Backend,
@@ -691,8 +691,13 @@ async fn n_a_trainjob_runs_as_one_gang_and_trainers_own_pod_group_is_left_alone(
         .list(&Default::default())
         .await
         .expect("list PodGroups");
+    let names: Vec<_> = pgs
+        .items
+        .iter()
+        .filter_map(|o| o.metadata.name.clone())
+        .collect();
     assert_eq!(
-        names_of_objects(&pgs.items),
+        names,
         vec![theirs.clone()],
         "no PodGroup of podgroup-sync's beside Trainer's"
     );
@@ -701,13 +706,6 @@ async fn n_a_trainjob_runs_as_one_gang_and_trainers_own_pod_group_is_left_alone(
         names_of(&running)
     );
     s.cleanup().await;
-}
-
-fn names_of_objects(objects: &[DynamicObject]) -> Vec<String> {
-    objects
-        .iter()
-        .filter_map(|o| o.metadata.name.clone())
-        .collect()
 }
 
 /// (o) SPEC §11: an LWS under `startupPolicy: LeaderReady` creates its workers only once the

@@ -680,16 +680,8 @@ pub fn training_job(
         );
     }
     let ar = kind.ar();
-    let mut spec = json!({ field: specs });
-    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), spec_extra.as_object()) {
-        for (k, v) in extra {
-            spec.insert(k.clone(), v.clone());
-        }
-    }
-    let mut metadata = json!({"name": name});
-    if let Link::Gang(b) = link {
-        metadata["annotations"] = json!({"podgroup-sync.io/backend": b.name()});
-    }
+    let spec = merged(json!({ field: specs }), &spec_extra);
+    let metadata = backend_annotated(link, json!({"name": name}));
     json!({"apiVersion": ar.api_version, "kind": ar.kind, "metadata": metadata, "spec": spec})
 }
 
@@ -714,10 +706,7 @@ pub fn jobset(
                 "backoffLimit": 0, "template": pod}}})
         })
         .collect();
-    let mut spec = json!({"replicatedJobs": replicated});
-    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), spec_extra.as_object()) {
-        spec.extend(extra.clone());
-    }
+    let spec = merged(json!({"replicatedJobs": replicated}), &spec_extra);
     workload(Kind::JobSet, link, name, spec)
 }
 
@@ -726,25 +715,21 @@ pub fn trainer_ar(kind: &str, plural: &str) -> kube::api::ApiResource {
     jobs::ar("trainer.kubeflow.org", "v1alpha1", kind, plural)
 }
 
-/// A namespaced TrainingRuntime named `name` for TrainJob `job`: Trainer's torch policy and one
+/// A namespaced TrainingRuntime for the TrainJob `name`, named after it: Trainer's torch policy and one
 /// replicated job `node` (the trainer step), whose pods are per `link` (a gang's backend is
 /// annotated on the JobSet template), pinned to `pool`, with `gpus` GPUs each;
 /// `pod_group_policy` (Trainer's own gang, e.g. `{"coscheduling": {}}`) when given.
 pub fn training_runtime(
     link: Link,
     name: &str,
-    job: &str,
     pool: &str,
     gpus: u32,
     pod_group_policy: Option<Value>,
 ) -> Value {
-    let mut pod = template(link, job, pool, "node", &self::replicas("node", 1, gpus));
+    let mut pod = template(link, name, pool, "node", &self::replicas("node", 1, gpus));
     pod["spec"]["restartPolicy"] = json!("Never");
     // The JobSet Trainer makes carries the annotations of the runtime's template.
-    let mut metadata = json!({});
-    if let Link::Gang(b) = link {
-        metadata["annotations"] = json!({"podgroup-sync.io/backend": b.name()});
-    }
+    let metadata = backend_annotated(link, json!({}));
     let mut spec = json!({
         "mlPolicy": {"numNodes": 1, "torch": {}},
         "template": {"metadata": metadata, "spec": {"replicatedJobs": [{"name": "node",
@@ -759,16 +744,16 @@ pub fn training_runtime(
         "metadata": {"name": name}, "spec": spec})
 }
 
-/// A TrainJob named `name` of `nodes` nodes on the namespaced runtime `runtime`.
-pub fn trainjob(name: &str, runtime: &str, nodes: u32) -> Value {
+/// A TrainJob named `name` of `nodes` nodes on the namespaced runtime of the same name.
+pub fn trainjob(name: &str, nodes: u32) -> Value {
     json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
         "metadata": {"name": name},
-        "spec": {"runtimeRef": {"name": runtime, "apiGroup": "trainer.kubeflow.org",
+        "spec": {"runtimeRef": {"name": name, "apiGroup": "trainer.kubeflow.org",
             "kind": "TrainingRuntime"}, "trainer": {"numNodes": nodes}}})
 }
 
 /// Creates TrainJob `name` of `nodes` nodes (`gpus` GPUs each) on a TrainingRuntime of its own
-/// (also `name`, see [`training_runtime`]) in `s`'s namespace; returns the TrainJob.
+/// (see [`training_runtime`]) in `s`'s namespace; returns the TrainJob.
 pub async fn create_trainjob(
     s: &Scope,
     link: Link,
@@ -777,10 +762,10 @@ pub async fn create_trainjob(
     gpus: u32,
     pod_group_policy: Option<Value>,
 ) -> DynamicObject {
-    let runtime = training_runtime(link, name, name, s.pool(), gpus, pod_group_policy);
+    let runtime = training_runtime(link, name, s.pool(), gpus, pod_group_policy);
     s.create_as(&trainer_ar("TrainingRuntime", "trainingruntimes"), runtime)
         .await;
-    let trainjob = trainjob(name, name, nodes);
+    let trainjob = trainjob(name, nodes);
     s.create_as(&trainer_ar("TrainJob", "trainjobs"), trainjob)
         .await
 }
@@ -805,12 +790,25 @@ pub fn raycluster(link: Link, name: &str, pool: &str, replicas: u32, hosts: u32)
     workload(Kind::RayCluster, link, name, spec)
 }
 
-fn workload(kind: Kind, link: Link, name: &str, spec: Value) -> Value {
-    let ar = kind.ar();
-    let mut metadata = json!({"name": name});
+/// `metadata` with the annotation choosing the backend of a zero-touch gang (`Link::Gang`).
+fn backend_annotated(link: Link, mut metadata: Value) -> Value {
     if let Link::Gang(b) = link {
         metadata["annotations"] = json!({"podgroup-sync.io/backend": b.name()});
     }
+    metadata
+}
+
+/// `spec` with the fields of `extra` (an object) set on it.
+fn merged(mut spec: Value, extra: &Value) -> Value {
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+        spec.extend(extra.clone());
+    }
+    spec
+}
+
+fn workload(kind: Kind, link: Link, name: &str, spec: Value) -> Value {
+    let ar = kind.ar();
+    let metadata = backend_annotated(link, json!({"name": name}));
     json!({"apiVersion": ar.api_version, "kind": ar.kind, "metadata": metadata, "spec": spec})
 }
 
@@ -932,21 +930,16 @@ pub fn leaderworkerset_with(
         "worker",
         &self::replicas("worker", 1, gpus),
     );
-    let mut metadata = json!({"name": name});
-    if let Link::Gang(b) = link {
-        metadata["annotations"] = json!({"podgroup-sync.io/backend": b.name()});
-    }
-    let mut spec = json!({"replicas": replicas, "leaderWorkerTemplate": {"size": size,
+    let metadata = backend_annotated(link, json!({"name": name}));
+    let spec = json!({"replicas": replicas, "leaderWorkerTemplate": {"size": size,
         "leaderTemplate": leader, "workerTemplate": worker}});
-    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), spec_extra.as_object()) {
-        spec.extend(extra.clone());
-    }
+    let spec = merged(spec, &spec_extra);
     json!({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
         "metadata": metadata, "spec": spec})
 }
 
 /// A pod of a test job and the PodGroup it is linked to.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug)]
 pub struct PodLink {
     pub pod: String,
     /// The LWS group index label (empty for other kinds).
