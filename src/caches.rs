@@ -36,6 +36,8 @@ pub struct Caches {
     pub unlinked: crate::unlinked::UnlinkedPods,
     /// Nodes and Volcano Queues, stripped (kept only with the feasibility check on).
     pub capacity: Option<crate::health::capacity::CapacityCaches>,
+    /// What Kueue admitted, per job (while Kueue's Workload CRD is served).
+    pub kueue: crate::kueue::Admissions,
 }
 
 /// The job cache of each watched kind and version.

@@ -170,6 +170,7 @@ impl ContextCaches {
             jobs: Default::default(),
             unlinked: Default::default(),
             capacity: self.capacity,
+            kueue: Default::default(),
         };
         Ok(Some((caches, self.tasks)))
     }

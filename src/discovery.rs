@@ -18,6 +18,8 @@ pub const DISCOVERY_RETRY_MAX: Duration = Duration::from_secs(4);
 pub struct Served {
     pub kinds: BTreeSet<(&'static str, &'static str)>,
     pub backends: BTreeSet<BackendKind>,
+    /// Kueue's Workloads (`kueue.x-k8s.io/v1beta2`, SPEC §12).
+    pub kueue: bool,
 }
 
 impl Served {
@@ -63,6 +65,10 @@ pub async fn discover(client: &Client, kinds: &[&'static JobKind]) -> Result<Ser
             served.backends.insert(b);
         }
     }
+    let workloads = crate::kueue::workload_resource();
+    served.kueue = resources_of(workloads.api_version)
+        .await?
+        .is_some_and(|r| r.contains(&workloads.plural));
     Ok(served)
 }
 
@@ -79,6 +85,8 @@ pub struct Changes {
     pub stop_backends: Vec<BackendKind>,
     pub start_kinds: Vec<&'static JobKind>,
     pub stop_kinds: Vec<&'static JobKind>,
+    /// Start (true) or stop (false) the Workload watch.
+    pub kueue: Option<bool>,
 }
 
 /// The difference between what runs and what is served. Backends and kinds keep the order of
@@ -103,6 +111,7 @@ pub fn changes(running: &Served, served: &Served) -> Changes {
         stop_backends: backends(running, served),
         start_kinds: kinds(served, running),
         stop_kinds: kinds(running, served),
+        kueue: (running.kueue != served.kueue).then_some(served.kueue),
     }
 }
 
@@ -115,6 +124,7 @@ mod tests {
         Served {
             kinds: kinds.iter().map(|k| (k.kind, k.version)).collect(),
             backends: backends.iter().copied().collect(),
+            kueue: false,
         }
     }
 
@@ -157,6 +167,18 @@ mod tests {
             (c.start_kinds, c.stop_kinds),
             (vec![&MPIJOB_V2BETA1], vec![&MPIJOB_V1])
         );
+    }
+
+    #[test]
+    fn rule_12_kueue_workloads_are_watched_while_served() {
+        let without = served(&[&PYTORCHJOB], &[]);
+        let with = Served {
+            kueue: true,
+            ..without.clone()
+        };
+        assert_eq!(changes(&without, &with).kueue, Some(true));
+        assert_eq!(changes(&with, &without).kueue, Some(false));
+        assert_eq!(changes(&with, &with).kueue, None);
     }
 
     #[test]

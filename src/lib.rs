@@ -26,6 +26,7 @@ pub mod health;
 pub mod http;
 pub mod job;
 pub mod kinds;
+pub mod kueue;
 pub mod leader;
 pub mod listen;
 pub mod liveness;

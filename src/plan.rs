@@ -62,6 +62,8 @@ pub struct Input<'a> {
     /// Every Volcano queue and its state (`None` unless the feasibility check is on and the
     /// Queue cache has synced).
     pub queues: Option<&'a BTreeMap<String, String>>,
+    /// The job's Kueue Workload (SPEC §12), while Kueue is served.
+    pub kueue: Option<&'a crate::kueue::Admission>,
 }
 
 /// How a reconcile ended.
@@ -399,6 +401,33 @@ fn plan_active(input: &Input, mode: Mode, job: &Job, t: Target) -> Plan {
         plan.events
             .push((Reason::GangSpecWarning, warnings.join("; ")));
     }
+    // Beside Kueue (SPEC §12): quota coherence and timeouts; a Volcano gang's minResources
+    // capped at what Kueue admitted. A job of several gangs has one Workload per group, which
+    // is not compared.
+    let kueue = (!grouped).then(|| {
+        let timeout = backend
+            .spec(job, gang, None, opts)
+            .get("scheduleTimeoutSeconds")
+            .and_then(Value::as_i64)
+            .and_then(|t| i32::try_from(t).ok());
+        let queued = input
+            .job
+            .metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key(crate::kueue::QUEUE_LABEL));
+        crate::kueue::quota::review(
+            gang,
+            backend_kind,
+            input.kueue,
+            queued,
+            timeout,
+            input.settings.kueue_pods_ready_timeout,
+        )
+    });
+    let kueue = kueue.unwrap_or_default();
+    plan.events.extend(kueue.events);
+    let gang = kueue.capped.as_ref().unwrap_or(gang);
     let shown = if grouped {
         format!("{name}-<group index>")
     } else {
@@ -803,6 +832,7 @@ mod tests {
             gang_broken_after: Duration::from_secs(60),
             feasibility: false,
             audit_interval: Duration::ZERO,
+            kueue_pods_ready_timeout: None,
             webhook: false,
         }
     }
@@ -876,6 +906,7 @@ mod tests {
             health: None,
             capacity: None,
             queues: None,
+            kueue: None,
         })
     }
 
@@ -1693,6 +1724,79 @@ mod tests {
         assert!(message.contains("0/3 nodes are available"), "{message}");
     }
 
+    /// Plans a managed `job` beside Kueue.
+    fn plan_kueue(job: &Value, admission: &crate::kueue::Admission, s: &Settings) -> Plan {
+        let obj: DynamicObject = serde_json::from_value(job.clone()).unwrap();
+        let ns = annotations("true");
+        plan(&Input {
+            kind: crate::kinds::lookup("kubeflow.org/v1", "PyTorchJob").unwrap(),
+            job: &obj,
+            leading: true,
+            namespace_annotations: Some(&ns),
+            priorities: &Priorities::default(),
+            defaults: &Ok(AdmissionDefaults::default()),
+            pod_groups: &Cached::serving_both(),
+            refused: None,
+            unlinked_pods: &[],
+            settings: s,
+            now: "2026-12-01T00:10:00Z".parse().unwrap(),
+            health: None,
+            capacity: None,
+            queues: None,
+            kueue: Some(admission),
+        })
+    }
+
+    #[test]
+    fn rule_12_quota_kueue_did_not_admit_is_reported_and_capped_on_volcano() {
+        // Kueue admitted 3 CPUs for the 4 one-CPU workers (it did not see a change since).
+        let w = json!({
+            "metadata": {"name": "pytorchjob-train", "ownerReferences": [
+                {"uid": UID, "controller": true}]},
+            "status": {"admission": {"clusterQueue": "cq", "podSetAssignments": [
+                {"name": "worker", "count": 4, "resourceUsage": {"cpu": "3"}}]},
+                "conditions": [{"type": "Admitted", "status": "True"}]}});
+        let admission = crate::kueue::read(&w);
+        let mut j = job(4);
+        j["metadata"]["labels"] = json!({crate::kueue::QUEUE_LABEL: "team"});
+        j["spec"]["runPolicy"] = json!({"schedulingPolicy": {"scheduleTimeoutSeconds": 900}});
+        let mut s = settings();
+        s.kueue_pods_ready_timeout = Some(Duration::from_secs(600));
+        let p = plan_kueue(&j, &admission, &s);
+        let said = |r: Reason| p.events.iter().find(|(x, _)| *x == r).map(|(_, m)| m.clone());
+        let differs = said(Reason::KueueQuotaDiffers).expect("KueueQuotaDiffers");
+        assert!(differs.contains("cpu: the pods request 4, Kueue admitted 3 (+1"), "{differs}");
+        let timeout = said(Reason::GangTimeoutAboveKueue).expect("GangTimeoutAboveKueue");
+        assert!(timeout.contains("scheduleTimeoutSeconds 900"), "{timeout}");
+        // scheduler-plugins gets the pods' requests; Volcano is never asked for more than Kueue
+        // admitted.
+        let sp = p.write().unwrap();
+        assert_eq!(sp.body["spec"]["minResources"]["cpu"], json!("4"));
+        j["metadata"]["annotations"] = json!({"podgroup-sync.io/backend": "volcano"});
+        let p = plan_kueue(&j, &admission, &s);
+        let vc = p.write().unwrap();
+        assert_eq!(vc.body["spec"]["minResources"]["cpu"], json!("3"));
+        assert!(
+            !p.events
+                .iter()
+                .any(|(r, _)| *r == Reason::GangTimeoutAboveKueue),
+            "Volcano PodGroups have no scheduleTimeoutSeconds"
+        );
+        // Kueue admitting exactly what the pods request says nothing.
+        let mut equal = w.clone();
+        equal["status"]["admission"]["podSetAssignments"][0]["resourceUsage"]["cpu"] = json!("4");
+        j["spec"]["runPolicy"] = json!({});
+        let p = plan_kueue(&j, &crate::kueue::read(&equal), &s);
+        assert!(
+            !p.events.iter().any(|(r, _)| matches!(
+                r,
+                Reason::KueueQuotaDiffers | Reason::GangTimeoutAboveKueue
+            )),
+            "{:?}",
+            p.events
+        );
+    }
+
     /// Plans a managed `job` with gang-health inputs.
     fn plan_health(
         job: &Value,
@@ -1721,6 +1825,7 @@ mod tests {
             health: health.as_ref(),
             capacity,
             queues,
+            kueue: None,
         })
     }
 

@@ -51,6 +51,10 @@ pub enum Reason {
     QueueUnavailable,
     /// On a PodGroup podgroup-sync did not make: its controller is gone or finished.
     StalePodGroup,
+    /// The gang's pods request other resources than Kueue admitted (SPEC §12).
+    KueueQuotaDiffers,
+    /// scheduleTimeoutSeconds outlasts Kueue's waitForPodsReady timeout (SPEC §12).
+    GangTimeoutAboveKueue,
     /// Dry-run: the PodGroup that would be created.
     WouldCreatePodGroup,
     /// Dry-run: the PodGroup change that would be applied.
@@ -60,7 +64,7 @@ pub enum Reason {
 }
 
 impl Reason {
-    pub const ALL: [Reason; 19] = [
+    pub const ALL: [Reason; 21] = [
         Reason::InvalidSpec,
         Reason::InvalidBackend,
         Reason::BackendUnavailable,
@@ -77,6 +81,8 @@ impl Reason {
         Reason::GangFeasible,
         Reason::QueueUnavailable,
         Reason::StalePodGroup,
+        Reason::KueueQuotaDiffers,
+        Reason::GangTimeoutAboveKueue,
         Reason::WouldCreatePodGroup,
         Reason::WouldUpdatePodGroup,
         Reason::WouldDeletePodGroup,
@@ -100,6 +106,8 @@ impl Reason {
             Reason::GangFeasible => "GangFeasible",
             Reason::QueueUnavailable => "QueueUnavailable",
             Reason::StalePodGroup => "StalePodGroup",
+            Reason::KueueQuotaDiffers => "KueueQuotaDiffers",
+            Reason::GangTimeoutAboveKueue => "GangTimeoutAboveKueue",
             Reason::WouldCreatePodGroup => "WouldCreatePodGroup",
             Reason::WouldUpdatePodGroup => "WouldUpdatePodGroup",
             Reason::WouldDeletePodGroup => "WouldDeletePodGroup",

@@ -271,6 +271,7 @@ fn plan_for(obj: &DynamicObject, ctx: &Context, kind: &'static JobKind) -> Plan 
     } else {
         Vec::new()
     };
+    let kueue = ctx.caches.kueue.of(&obj.uid().unwrap_or_default());
     plan::plan(&Input {
         kind,
         job: obj,
@@ -286,6 +287,7 @@ fn plan_for(obj: &DynamicObject, ctx: &Context, kind: &'static JobKind) -> Plan 
         health: health.as_ref(),
         capacity: capacity.as_deref(),
         queues: queues.as_deref(),
+        kueue: kueue.as_deref(),
     })
 }
 

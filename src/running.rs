@@ -49,6 +49,8 @@ pub struct Running {
     applied_once: bool,
     /// The Volcano Queue cache of the feasibility check, while Volcano is served.
     queues: Option<JoinHandle<()>>,
+    /// The Workload watch, while Kueue is served (SPEC §12).
+    kueue: Option<JoinHandle<()>>,
 }
 
 impl Running {
@@ -76,6 +78,7 @@ impl Running {
             kinds: BTreeMap::new(),
             applied_once: false,
             queues: None,
+            kueue: None,
         }
     }
 
@@ -84,6 +87,7 @@ impl Running {
         Served {
             kinds: self.kinds.keys().copied().collect(),
             backends: self.backends.keys().copied().collect(),
+            kueue: self.kueue.is_some(),
         }
     }
 
@@ -100,7 +104,13 @@ impl Running {
             stop_backends,
             start_kinds,
             stop_kinds,
+            kueue,
         } = changes(&self.running(), served);
+        match kueue {
+            Some(true) => self.start_kueue(),
+            Some(false) => self.stop_kueue(),
+            None => {}
+        }
         for b in stop_backends {
             self.stop_backend(b);
         }
@@ -220,6 +230,28 @@ impl Running {
         warn!(backend = %b, "PodGroup CRD no longer served");
     }
 
+    fn start_kueue(&mut self) {
+        let probe = self.liveness.probe(crate::kueue::watch::RESOURCE);
+        self.kueue = Some(crate::kueue::watch::spawn(
+            self.client.clone(),
+            self.caches.kueue.clone(),
+            self.triggers.clone(),
+            probe,
+            self.metrics.clone(),
+        ));
+        info!("Kueue's Workload CRD served; watching Workloads");
+    }
+
+    fn stop_kueue(&mut self) {
+        if let Some(h) = self.kueue.take() {
+            h.abort();
+        }
+        self.liveness.retire(crate::kueue::watch::RESOURCE);
+        self.caches.kueue.clear();
+        let _ = self.triggers.send(Trigger::All);
+        warn!("Kueue's Workload CRD no longer served; stopped watching Workloads");
+    }
+
     fn start_kind(&mut self, kind: &'static JobKind) {
         let (h, store) = spawn_kind_controller(
             self.client.clone(),
@@ -269,7 +301,13 @@ impl Running {
                 h.abort();
             }
         }
-        for h in self.backends.into_values().chain(others).chain(self.queues) {
+        for h in self
+            .backends
+            .into_values()
+            .chain(others)
+            .chain(self.queues)
+            .chain(self.kueue)
+        {
             h.abort();
         }
     }

@@ -44,6 +44,8 @@ pub struct Settings {
     pub feasibility: bool,
     /// Seconds between stale-PodGroup audits (zero: no audit).
     pub audit_interval: Duration,
+    /// Kueue's `waitForPodsReady.timeout`, when the cluster's Kueue sets one (SPEC §12).
+    pub kueue_pods_ready_timeout: Option<Duration>,
 }
 
 impl Settings {

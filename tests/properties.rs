@@ -481,6 +481,7 @@ fn settings(default_backend: BackendKind) -> Settings {
         gang_broken_after: std::time::Duration::from_secs(60),
         feasibility: false,
         audit_interval: std::time::Duration::ZERO,
+        kueue_pods_ready_timeout: None,
     }
 }
 
@@ -529,6 +530,7 @@ fn webhook_and_planner(
         health: None,
         capacity: None,
         queues: None,
+        kueue: None,
     });
     let written = planned
         .writes

@@ -137,6 +137,12 @@ pub struct RunArgs {
         default_value_t = 120
     )]
     pub gang_wait_warning_seconds: u64,
+    /// Kueue's waitForPodsReady timeout in seconds, when the cluster's Kueue sets one (its
+    /// Configuration is not read): a job in a Kueue queue whose scheduleTimeoutSeconds is above
+    /// it gets a GangTimeoutAboveKueue Event, and a --gang-wait-warning-seconds at or above it is
+    /// logged at start (the gang would be evicted before GangWaiting says it waits).
+    #[arg(long, env = "PODGROUP_SYNC_KUEUE_PODS_READY_TIMEOUT_SECONDS")]
+    pub kueue_pods_ready_timeout_seconds: Option<u64>,
     #[command(flatten)]
     pub health: HealthArgs,
     #[command(flatten)]
@@ -273,14 +279,26 @@ pub struct WebhookArgs {
     )]
     pub key_file: PathBuf,
     /// Milliseconds an admission waits for a job that its operator saw before our cache did
-    /// (then the pod is admitted unlinked, logged and counted as owner_not_cached). Keep it
-    /// below the webhook configuration's timeoutSeconds.
+    /// (then the pod is admitted unlinked, logged and counted as owner_not_cached), and for a
+    /// job the cache still shows suspended while its operator already makes pods (admitted by
+    /// Kueue a moment ago; then the pod is skipped as suspended). Keep it below the webhook
+    /// configuration's timeoutSeconds.
     #[arg(
         long = "webhook-owner-wait-ms",
         env = "PODGROUP_SYNC_WEBHOOK_OWNER_WAIT_MS",
         default_value_t = 2000
     )]
     pub owner_wait_ms: u64,
+    /// Milliseconds a linked pod waits for its PodGroup to reach the cache (the controller
+    /// creates it at the job's admission: a job Kueue has just unsuspended), so the PodGroup
+    /// exists before the gang's first pod; then the pod is admitted linked all the same. 0: no
+    /// wait. Keep it below the webhook configuration's timeoutSeconds.
+    #[arg(
+        long = "webhook-pod-group-wait-ms",
+        env = "PODGROUP_SYNC_WEBHOOK_POD_GROUP_WAIT_MS",
+        default_value_t = 1000
+    )]
+    pub pod_group_wait_ms: u64,
     /// Manage the serving certificate in this Secret (NAMESPACE/NAME, which must exist; it may
     /// be empty) instead of reading --webhook-cert-file: the controller makes a CA of its own
     /// and a serving certificate for --webhook-cert-hosts, renews each at two thirds of its
@@ -362,6 +380,7 @@ pub fn settings(args: &RunArgs) -> Settings {
         gang_broken_after: Duration::from_secs(args.health.gang_broken_seconds),
         feasibility: args.health.gang_feasibility,
         audit_interval: Duration::from_secs(args.health.audit_interval_seconds),
+        kueue_pods_ready_timeout: args.kueue_pods_ready_timeout_seconds.map(Duration::from_secs),
     }
 }
 

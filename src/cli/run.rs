@@ -122,6 +122,16 @@ async fn controller_main(args: RunArgs) -> Result<(), Box<dyn std::error::Error>
     tokio::spawn(http::serve(listener, health));
 
     let settings = settings(&args);
+    if let Some(t) = settings
+        .kueue_pods_ready_timeout
+        .filter(|t| settings.gang_wait_warning >= *t)
+    {
+        tracing::warn!(
+            gang_wait_warning_seconds = settings.gang_wait_warning.as_secs(),
+            kueue_pods_ready_timeout_seconds = t.as_secs(),
+            "--gang-wait-warning-seconds is not below Kueue's waitForPodsReady timeout: Kueue evicts a waiting gang before GangWaiting says it waits"
+        );
+    }
     let (caches_tx, caches_rx) = watch::channel(None);
     if args.webhook.serve {
         let certs = Certs {
@@ -258,6 +268,7 @@ async fn start_webhook(
         caches,
         settings: settings.clone(),
         owner_wait: Duration::from_millis(args.owner_wait_ms),
+        pod_group_wait: Duration::from_millis(args.pod_group_wait_ms),
         metrics: webhook::admit::AdmissionMetrics::new(&metrics.registry),
     });
     tokio::spawn(webhook::serve(listener, tls, admission));

@@ -2,7 +2,9 @@
 //! decision → the response, counted and timed. No API call: everything comes from the caches
 //! the controller keeps. A job created a moment ago may reach the operator before it reaches
 //! our cache: the admission waits for it (up to `owner_wait`), then admits the pod unchanged,
-//! counted as an error and logged with the job's name.
+//! counted as an error and logged with the job's name. A pod of a job the cache still shows
+//! suspended, or linked to a PodGroup the cache does not hold yet, is looked at again for a
+//! moment ([`Look`]): the usual case right after Kueue admits a job.
 
 use std::time::{Duration, Instant};
 
@@ -136,8 +138,11 @@ pub struct Admission {
     /// The caches, once the controller has synced them.
     pub caches: watch::Receiver<Option<Caches>>,
     pub settings: Settings,
-    /// How long an admission waits for the caches and the pod's job.
+    /// How long an admission waits for the caches and the pod's job (and for a job the cache
+    /// still shows suspended).
     pub owner_wait: Duration,
+    /// How long a linked pod waits for its PodGroup to reach the cache.
+    pub pod_group_wait: Duration,
     pub metrics: AdmissionMetrics,
 }
 
@@ -232,14 +237,41 @@ impl Admission {
                 return verdict;
             }
         };
-        let ctx = link::Context {
-            namespace_annotations: ns_annotations,
-            pod_groups: &caches,
-            priorities: &caches.priorities(),
-            defaults: &caches.admission_defaults(&namespace),
-            settings: &self.settings,
+        let priorities = caches.priorities();
+        let defaults = caches.admission_defaults(&namespace);
+        let mut job = job;
+        let pod_group_deadline = start + self.pod_group_wait;
+        let decision = loop {
+            let (decision, again) = {
+                let ctx = link::Context {
+                    namespace_annotations: ns_annotations,
+                    pod_groups: &caches,
+                    priorities: &priorities,
+                    defaults: &defaults,
+                    settings: &self.settings,
+                };
+                let decision = link::decide(&view, &owner, &job, &ctx);
+                let look = Look {
+                    pod_group_cached: |b, n: &str| {
+                        crate::target::PodGroups::get(&caches, b, &namespace, n).is_some()
+                    },
+                    now: Instant::now(),
+                    owner_deadline: deadline,
+                    pod_group_deadline,
+                };
+                let again = look.again(&decision);
+                (decision, again)
+            };
+            if !again {
+                break decision;
+            }
+            tokio::time::sleep(POLL).await;
+            if let CachedJob::Found(newer) = caches.job(owner.kind, &namespace, &owner.name)
+                && newer.metadata.uid == job.metadata.uid
+            {
+                job = newer;
+            }
         };
-        let decision = link::decide(&view, &owner, &job, &ctx);
         verdict_of(
             decision,
             &view,
@@ -256,6 +288,30 @@ impl Admission {
         match tokio::time::timeout_at(deadline.into(), wait).await {
             Ok(Ok(caches)) => caches.clone(),
             _ => None,
+        }
+    }
+}
+
+/// Whether a decision is the cache being behind the pod, and so worth another look (SPEC §12):
+/// a pod of a job the cache still shows suspended (an operator makes no pods for a suspended
+/// job: Kueue admitted it a moment ago) until the owner deadline, and a pod linked to a
+/// PodGroup the cache does not hold yet (the controller is creating it) until the PodGroup
+/// deadline — so a gang's PodGroup exists before its first pod.
+struct Look<F> {
+    pod_group_cached: F,
+    now: Instant,
+    owner_deadline: Instant,
+    pod_group_deadline: Instant,
+}
+
+impl<F: Fn(crate::backend::BackendKind, &str) -> bool> Look<F> {
+    fn again(&self, decision: &Decision) -> bool {
+        match decision {
+            Decision::Skipped(Skip::Suspended) => self.now < self.owner_deadline,
+            Decision::Link { backend, name, .. } => {
+                self.now < self.pod_group_deadline && !(self.pod_group_cached)(*backend, name)
+            }
+            _ => false,
         }
     }
 }
@@ -403,6 +459,29 @@ mod tests {
             pod_set: None,
             group: None,
         }
+    }
+
+    #[test]
+    fn rule_12_a_suspended_job_or_an_uncached_pod_group_is_looked_at_again_until_its_deadline() {
+        let t0 = Instant::now();
+        let look = |now, cached: bool| Look {
+            pod_group_cached: move |_, _: &str| cached,
+            now,
+            owner_deadline: t0 + Duration::from_secs(2),
+            pod_group_deadline: t0 + Duration::from_secs(1),
+        };
+        let link = Decision::Link {
+            backend: crate::backend::BackendKind::Volcano,
+            name: "train".into(),
+            additions: vec![],
+        };
+        let suspended = Decision::Skipped(Skip::Suspended);
+        assert!(look(t0, false).again(&link));
+        assert!(!look(t0, true).again(&link), "the PodGroup is cached");
+        assert!(!look(t0 + Duration::from_secs(1), false).again(&link));
+        assert!(look(t0 + Duration::from_secs(1), false).again(&suspended));
+        assert!(!look(t0 + Duration::from_secs(2), false).again(&suspended));
+        assert!(!look(t0, false).again(&Decision::Skipped(Skip::Finished)));
     }
 
     #[test]

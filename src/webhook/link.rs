@@ -491,6 +491,7 @@ mod tests {
             gang_broken_after: Duration::from_secs(60),
             feasibility: false,
             audit_interval: Duration::ZERO,
+            kueue_pods_ready_timeout: None,
             webhook: true,
         }
     }

@@ -9,14 +9,14 @@
 #
 # usage: get-e2e-binaries.sh [COMPONENT...]
 #   COMPONENT: kwok scheduler-plugins volcano training-operator mpi-operator jobset lws kuberay
-#              trainer
+#              trainer kueue
 #   (default: these, in that order). Builds run one after another (the machines have 2 cores).
 #
 # stdout: NAME=path lines, one per artefact:
 #   KWOK KWOK_STAGES KWOK_STAGE_CRD SCHEDULER_PLUGINS SCHEDULER_PLUGINS_CONTROLLER
 #   SCHEDULER_PLUGINS_CRDS VOLCANO_SCHEDULER VOLCANO_CONTROLLER_MANAGER VOLCANO_CRDS
 #   TRAINING_OPERATOR MPI_OPERATOR JOBSET JOBSET_CRDS LWS LWS_CRDS KUBERAY KUBERAY_CRDS TRAINER
-#   TRAINER_CRDS
+#   TRAINER_CRDS KUEUE KUEUE_CRDS KUEUE_WEBHOOKS
 # stderr: progress, with the wall time of each build that had to run.
 # environment: PGS_CACHE (default ~/.cache/podgroup-sync) and the variables below.
 # Measured on the 2-core machine (first build; the Go build cache already held the control
@@ -39,6 +39,8 @@ JOBSET_VERSION=${JOBSET_VERSION:-0.12.0}
 LWS_VERSION=${LWS_VERSION:-0.9.0}
 KUBERAY_VERSION=${KUBERAY_VERSION:-1.6.0}
 TRAINER_VERSION=${TRAINER_VERSION:-2.3.0}
+# SPEC §12: Kueue v0.17.0, the only version the proxy served on 2026-12-06. It links k8s 0.35.3.
+KUEUE_VERSION=${KUEUE_VERSION:-0.17.0}
 # Kubernetes libraries the schedulers are built against, when not the ones their go.mod pins
 # (same minor only). scheduler-plugins v0.34.7 pins k8s 1.34.7, but the proxy refuses some of
 # its staging modules at v0.34.7 (k8s.io/cluster-bootstrap: 403); 1.34.4 is the control plane's
@@ -266,7 +268,26 @@ build_trainer() {
     manifests/base/crds/trainer.kubeflow.org_clustertrainingruntimes.yaml
 }
 
-[ $# -gt 0 ] || set -- kwok scheduler-plugins volcano training-operator mpi-operator jobset lws kuberay trainer
+# Kueue: the controller manager and every CRD it serves (it watches them all at start).
+build_kueue() {
+  local v=$KUEUE_VERSION
+  local dir=$PGS_CACHE/bin/kueue-v$v-$GOV
+  if ! built "$dir" "crds=all" kueue; then
+    begin "kueue v$v"
+    rm -rf "$dir"; mkdir -p "$dir/crds"
+    wrapper_build "$dir" kueue sigs.k8s.io/kueue "$v" unused "" "-s -w" sigs.k8s.io/kueue/cmd/kueue
+    local src; src=$(modjson "sigs.k8s.io/kueue@v$v" Dir)
+    cp "$src"/config/components/crd/bases/*.yaml "$dir/crds/"
+    cp "$src/config/components/webhook/manifests.yaml" "$dir/webhooks.yaml"
+    chmod -R u+w "$dir"
+    finish "$dir" kueue "crds=all"
+  fi
+  echo "KUEUE=$dir/kueue"
+  echo "KUEUE_CRDS=$dir/crds"
+  echo "KUEUE_WEBHOOKS=$dir/webhooks.yaml"
+}
+
+[ $# -gt 0 ] || set -- kwok scheduler-plugins volcano training-operator mpi-operator jobset lws kuberay trainer kueue
 for c in "$@"; do
   case $c in
     kwok) build_kwok ;;
@@ -278,6 +299,7 @@ for c in "$@"; do
     lws) build_lws ;;
     kuberay) build_kuberay ;;
     trainer) build_trainer ;;
+    kueue) build_kueue ;;
     *) echo "get-e2e-binaries.sh: unknown component $c" >&2; exit 2 ;;
   esac
 done
