@@ -49,7 +49,7 @@ e2e: binaries
 # The 1.37 control plane of the native-backend tier, then its tests.
 native:
 	K8S_VERSION=1.37.2 K8S_SCHEDULER=1 tests/cluster/get-binaries.sh >/dev/null
-	tests/e2e/get-e2e-binaries.sh kwok training-operator mpi-operator jobset lws kuberay trainer >/dev/null
+	tests/e2e/get-e2e-binaries.sh kwok training-operator mpi-operator jobset lws kuberay trainer kueue >/dev/null
 	$(CARGO) test --test native --test e2e_native
 
 # The image (hack/image.sh): a static release binary on an empty base, user 65532.

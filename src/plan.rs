@@ -1763,9 +1763,17 @@ mod tests {
         let mut s = settings();
         s.kueue_pods_ready_timeout = Some(Duration::from_secs(600));
         let p = plan_kueue(&j, &admission, &s);
-        let said = |r: Reason| p.events.iter().find(|(x, _)| *x == r).map(|(_, m)| m.clone());
+        let said = |r: Reason| {
+            p.events
+                .iter()
+                .find(|(x, _)| *x == r)
+                .map(|(_, m)| m.clone())
+        };
         let differs = said(Reason::KueueQuotaDiffers).expect("KueueQuotaDiffers");
-        assert!(differs.contains("cpu: the pods request 4, Kueue admitted 3 (+1"), "{differs}");
+        assert!(
+            differs.contains("cpu: the pods request 4, Kueue admitted 3 (1 more)"),
+            "{differs}"
+        );
         let timeout = said(Reason::GangTimeoutAboveKueue).expect("GangTimeoutAboveKueue");
         assert!(timeout.contains("scheduleTimeoutSeconds 900"), "{timeout}");
         // scheduler-plugins gets the pods' requests; Volcano is never asked for more than Kueue

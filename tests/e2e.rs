@@ -13,6 +13,8 @@
 
 #[path = "e2e/harness.rs"]
 mod harness;
+#[path = "e2e/kueue.rs"]
+mod kueue;
 mod support;
 
 use harness::{
@@ -87,6 +89,9 @@ for_each_backend!(
     m_an_lws_of_3_groups_with_room_for_2_runs_exactly_2_whole_groups,
     n_a_trainjob_runs_as_one_gang_and_trainers_own_pod_group_is_left_alone,
     o_a_leader_ready_lws_starts_without_deadlock,
+    p_kueue_admission_preemption_and_readmission_move_the_pod_group,
+    q_kueue_partial_admission_and_a_gang_that_cannot_bind_before_eviction,
+    r_a_jobset_and_a_rayjob_beside_kueue,
 );
 
 /// A gang of `pods` pods needing `gpus` GPUs, created on too few one-GPU nodes: its PodGroup says
@@ -717,5 +722,202 @@ async fn o_a_leader_ready_lws_starts_without_deadlock(backend: Backend) {
         spec(pg)["minMember"].clone()
     })
     .await;
+    s.cleanup().await;
+}
+
+/// (p) SPEC §12 with the real Kueue: see [`kueue::admission_preemption_readmission`].
+async fn p_kueue_admission_preemption_and_readmission_move_the_pod_group(backend: Backend) {
+    let _turn = exclusive().await;
+    let s = Scope::new(&format!("e2e-p-{}", tag(backend)), true).await;
+    kueue::admission_preemption_readmission(s, backend, |pg| spec(pg)["minMember"].clone()).await;
+}
+
+/// (q) SPEC §12: partial admission — an Indexed Job of 4 (1 GPU a pod) that accepts 2, in a
+/// ClusterQueue with 2 GPUs: Kueue admits 2, and the PodGroup is a gang of 2 with 2 GPUs. Then a
+/// PyTorchJob of 4 that Kueue admits but whose gang cannot bind (3 GPUs): the backend's waiting
+/// Event comes before Kueue's waitForPodsReady (40 s) evicts it; on scheduler-plugins its
+/// scheduleTimeoutSeconds of 60 is reported as above Kueue's; evicted, it has no PodGroup.
+async fn q_kueue_partial_admission_and_a_gang_that_cannot_bind_before_eviction(backend: Backend) {
+    let _turn = exclusive().await;
+    let mut s = Scope::new(&format!("e2e-q-{}", tag(backend)), true).await;
+    for _ in 0..3 {
+        s.add_node(1).await;
+    }
+    let ns = s.ns.clone();
+    let cq = kueue::queues(&s, 2, false).await;
+    let ij = format!("ij-{}", s.id);
+    let link = Link::HandLinked(backend);
+    let mut pod = harness::template(link, &ij, s.pool(), "main", &replicas("worker", 4, 1));
+    pod["spec"]["restartPolicy"] = json!("Never");
+    // kwok completes a Job's pods at once unless they carry this label (start.sh).
+    pod["metadata"]["labels"]["e2e.podgroup-sync.io/keep-running"] = json!("true");
+    let metadata = kueue::queued(
+        json!({"name": ij, "annotations": {
+            "podgroup-sync.io/gang": "true",
+            "podgroup-sync.io/backend": backend.name(),
+            "kueue.x-k8s.io/job-min-parallelism": "2",
+            "kueue.x-k8s.io/job-completions-equal-parallelism": "true"}}),
+        None,
+    );
+    let manifest = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata,
+        "spec": {"parallelism": 4, "completions": 4, "completionMode": "Indexed",
+            "backoffLimit": 0, "template": pod}});
+    s.create(&ns, Kind::IndexedJob, &manifest).await;
+    let pg = s
+        .wait_pg(&ns, backend, &ij, "the 2 pods Kueue admitted", |pg| {
+            spec(pg)["minMember"] == 2
+        })
+        .await;
+    assert_eq!(spec(&pg)["minResources"][harness::GPU], "2");
+    let running = s.wait_all_running(&ns, &ij, 2).await;
+    eprintln!(
+        "[{ns}] partially admitted: a gang of 2 runs: {:?}",
+        names_of(&running)
+    );
+    jobs::api(&s.client, &ns, &Kind::IndexedJob.ar())
+        .delete(&ij, &DeleteParams::background())
+        .await
+        .expect("delete the Indexed Job");
+    s.wait_pg_gone(&ns, backend, &ij, "Job deleted").await;
+    kueue::wait_pods_gone(&s, &ij, "Job deleted").await;
+
+    kueue::patch_cluster_queue(&s.client, &cq, kueue::gpu_quota(4)).await;
+    let big = format!("big-{}", s.id);
+    let mut m = pytorch(
+        Link::Gang(backend),
+        &big,
+        s.pool(),
+        replicas("Master", 1, 1),
+        replicas("Worker", 3, 1),
+    );
+    m["metadata"] = kueue::queued(m["metadata"].clone(), None);
+    if backend == Backend::SchedulerPlugins {
+        m["spec"]["runPolicy"] = json!({"schedulingPolicy": {"scheduleTimeoutSeconds": 60}});
+    }
+    let uid = s
+        .create(&ns, Kind::PyTorchJob, &m)
+        .await
+        .metadata
+        .uid
+        .expect("uid");
+    s.wait_pg(&ns, backend, &big, "minMember 4", |pg| {
+        spec(pg)["minMember"] == 4
+    })
+    .await;
+    let note = s.wait_event(&ns, &big, waiting_reason(backend)).await;
+    let w = kueue::workload_of(&s.client, &ns, &uid)
+        .await
+        .expect("the Workload");
+    assert!(
+        kueue::condition(&w, "Admitted") && !kueue::condition(&w, "Evicted"),
+        "the gang's wait is reported while Kueue still waits for its pods: {:?}",
+        w.data.get("status")
+    );
+    eprintln!("[{ns}] admitted, cannot bind, reported before eviction: {note}");
+    if backend == Backend::SchedulerPlugins {
+        let note = s.wait_event(&ns, &big, "GangTimeoutAboveKueue").await;
+        assert!(note.contains("scheduleTimeoutSeconds 60"), "{note}");
+    }
+    kueue::wait_workload(&s, &uid, "evicted by waitForPodsReady", |w| {
+        kueue::condition(w, "Evicted") || w.data.pointer("/spec/active") == Some(&json!(false))
+    })
+    .await;
+    s.wait_pg_gone(&ns, backend, &big, "evicted by Kueue").await;
+    kueue::wait_pods_gone(&s, &big, "evicted by Kueue").await;
+    let job = jobs::api(&s.client, &ns, &Kind::PyTorchJob.ar())
+        .get(&big)
+        .await
+        .expect("the evicted job");
+    assert!(
+        kueue::suspended(&job, Kind::PyTorchJob),
+        "Kueue suspended it"
+    );
+    kueue::delete_cluster_queue(&s.client, &cq).await;
+    s.cleanup().await;
+}
+
+/// (r) SPEC §11 beside §12: a JobSet and a RayJob queued in a held ClusterQueue have no PodGroup;
+/// released, each gets its PodGroup before its first pod and runs whole, every pod linked.
+async fn r_a_jobset_and_a_rayjob_beside_kueue(backend: Backend) {
+    let _turn = exclusive().await;
+    let mut s = Scope::new(&format!("e2e-r-{}", tag(backend)), true).await;
+    for _ in 0..4 {
+        s.add_node(1).await;
+    }
+    let ns = s.ns.clone();
+    let cq = kueue::queues(&s, 8, true).await;
+    let js = format!("js-{}", s.id);
+    let mut m = jobset(
+        Link::Gang(backend),
+        &js,
+        s.pool(),
+        &[("w", 1, 2, 1)],
+        json!({}),
+    );
+    m["metadata"] = kueue::queued(m["metadata"].clone(), None);
+    let created = s.create(&ns, Kind::JobSet, &m).await;
+    assert!(
+        kueue::suspended(&created, Kind::JobSet),
+        "Kueue suspends a queued JobSet"
+    );
+
+    let rj = format!("rj-{}", s.id);
+    let cluster = raycluster(Link::Gang(backend), &rj, s.pool(), 2, 1);
+    let mut metadata = kueue::queued(cluster["metadata"].clone(), None);
+    metadata["name"] = json!(rj);
+    let rayjob_ar = jobs::ar("ray.io", "v1", "RayJob", "rayjobs");
+    let created = s
+        .create_as(
+            &rayjob_ar,
+            json!({
+            "apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": metadata,
+            "spec": {"entrypoint": "python -c 'print(1)'", "shutdownAfterJobFinishes": true,
+                "rayClusterSpec": cluster["spec"]}}),
+        )
+        .await;
+    assert_eq!(
+        created.data.pointer("/spec/suspend"),
+        Some(&json!(true)),
+        "Kueue suspends a queued RayJob"
+    );
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert!(
+        jobs::get_pg(&s.client, &ns, backend, &js).await.is_none(),
+        "a JobSet Kueue has not admitted has no PodGroup"
+    );
+    let pgs = jobs::api(&s.client, &ns, &backend.ar())
+        .list(&Default::default())
+        .await
+        .expect("list PodGroups");
+    assert!(pgs.items.is_empty(), "no PodGroup while Kueue holds both");
+
+    kueue::patch_cluster_queue(&s.client, &cq, json!({"stopPolicy": "None"})).await;
+    s.wait_all_running(&ns, &js, 2).await;
+    kueue::assert_pod_group_first_and_every_pod_linked(&s, backend, &js).await;
+    let api = jobs::api(&s.client, &ns, &rayjob_ar);
+    let cluster_name = s
+        .env
+        .wait(&ns, "the RayJob's RayCluster", harness::SLOW, || async {
+            let rj = api.get_opt(&rj).await.ok()??;
+            rj.data
+                .pointer("/status/rayClusterName")
+                .and_then(Value::as_str)
+                .filter(|n| !n.is_empty())
+                .map(str::to_string)
+        })
+        .await;
+    let pg = s
+        .wait_pg(&ns, backend, &cluster_name, "minMember 3", |pg| {
+            spec(pg)["minMember"] == 3
+        })
+        .await;
+    assert_eq!(spec(&pg)["minResources"][harness::GPU], "2");
+    let running = s.wait_all_running(&ns, &rj, 3).await;
+    kueue::assert_no_pod_linked_to_a_missing_pod_group(&s, backend, "both admitted").await;
+    eprintln!(
+        "[{ns}] JobSet {js} and RayJob {rj} admitted by Kueue run whole: {:?}",
+        names_of(&running)
+    );
+    kueue::delete_cluster_queue(&s.client, &cq).await;
     s.cleanup().await;
 }

@@ -8,6 +8,9 @@
 #[path = "e2e/harness.rs"]
 #[allow(dead_code)]
 mod harness;
+#[path = "e2e/kueue.rs"]
+#[allow(dead_code)]
+mod kueue;
 mod support;
 
 use harness::{Link, Replicas, Scope, exclusive, is_bound, names_of, replicas, training_job};
@@ -292,4 +295,15 @@ async fn i_a_leader_ready_lws_starts_without_deadlock() {
     let mut s = scope("e2e-ni", true).await;
     harness::lws_leader_ready_starts_without_deadlock(&mut s, B, min_count).await;
     s.cleanup().await;
+}
+
+/// (j) SPEC §12 beside the real Kueue (v0.17.0), on Kubernetes' own gang scheduling: held, no
+/// PodGroup; admitted, the PodGroup before the first pod and every pod linked; preempted by a
+/// higher priority, the PodGroup gone and nothing linked to it; re-admitted, one PodGroup of 4;
+/// a LimitRange Kueue did not count reported (see [`kueue::admission_preemption_readmission`]).
+#[tokio::test]
+async fn j_kueue_admission_preemption_and_readmission_move_the_pod_group() {
+    let _turn = exclusive().await;
+    let s = scope("e2e-nj", true).await;
+    kueue::admission_preemption_readmission(s, B, min_count).await;
 }

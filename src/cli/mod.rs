@@ -380,7 +380,9 @@ pub fn settings(args: &RunArgs) -> Settings {
         gang_broken_after: Duration::from_secs(args.health.gang_broken_seconds),
         feasibility: args.health.gang_feasibility,
         audit_interval: Duration::from_secs(args.health.audit_interval_seconds),
-        kueue_pods_ready_timeout: args.kueue_pods_ready_timeout_seconds.map(Duration::from_secs),
+        kueue_pods_ready_timeout: args
+            .kueue_pods_ready_timeout_seconds
+            .map(Duration::from_secs),
     }
 }
 

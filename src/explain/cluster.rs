@@ -65,7 +65,23 @@ pub async fn surroundings(client: &Client, namespace: &str) -> Result<Surroundin
         .await
         .ok()
         .map(|l| l.items);
+    // Kueue's Workloads, when Kueue is installed (and they may be listed).
+    let workloads = Api::<kube::api::DynamicObject>::namespaced_with(
+        client.clone(),
+        namespace,
+        &crate::kueue::workload_resource(),
+    )
+    .list(&lp)
+    .await
+    .map(|l| {
+        l.items
+            .into_iter()
+            .filter_map(|w| serde_json::to_value(w).ok())
+            .collect()
+    })
+    .unwrap_or_default();
     Ok(Surroundings {
+        workloads,
         priority_classes,
         limit_ranges,
         runtime_classes,

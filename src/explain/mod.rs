@@ -17,6 +17,7 @@ use crate::webhook::link::{self, PodView};
 
 pub mod cluster;
 pub mod compare;
+pub mod kueue;
 pub mod surroundings;
 
 pub use surroundings::Surroundings;
@@ -238,7 +239,12 @@ pub fn explain_job(
         Some(n) => (0..n).map(|i| backend::group_name(&name, i)).collect(),
     };
     let first = names.first().cloned().unwrap_or_else(|| name.clone());
-    let object = backend::desired_object(b, &job, &gang, &first, existing, false, opts);
+    // Beside Kueue: a Volcano gang's minResources capped at the admission, as the controller does.
+    let admission = kueue::admission(&job, around);
+    let review =
+        crate::kueue::quota::review(&gang, backend_kind, admission.as_ref(), false, None, None);
+    let placed = review.capped.as_ref().unwrap_or(&gang);
+    let object = backend::desired_object(b, &job, placed, &first, existing, false, opts);
 
     let mut out = String::new();
     let _ = writeln!(out, "# {} {}/{}", kind.kind, job.namespace, job.name);
@@ -248,6 +254,14 @@ pub fn explain_job(
         let _ = writeln!(out, "# warning: {w}");
     }
     describe_feasibility(&mut out, around, &job, &gang);
+    kueue::describe(
+        &mut out,
+        value,
+        &job,
+        &gang,
+        backend_kind,
+        admission.as_ref(),
+    );
     let shown = if job.groups.is_some() {
         format!("{name}-<group index>")
     } else {
@@ -260,7 +274,7 @@ pub fn explain_job(
             "# warning (without the webhook): MissingPodGroupLink: {m}"
         );
     }
-    push_documents(&mut out, b, &job, &gang, &names, &object, existing, opts)?;
+    push_documents(&mut out, b, &job, placed, &names, &object, existing, opts)?;
     Ok(Explained {
         text: out,
         object,

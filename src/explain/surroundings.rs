@@ -1,5 +1,5 @@
 //! What `explain` knows of the cluster around a job: PriorityClasses, LimitRanges,
-//! RuntimeClasses, Nodes and the job's Namespace — read from the cluster (`--kubeconfig`) or
+//! RuntimeClasses, Nodes, the job's Namespace and Kueue Workloads — read from the cluster (`--kubeconfig`) or
 //! given as extra manifests (`-f` repeated, or several documents in one file).
 
 use std::collections::BTreeMap;
@@ -22,6 +22,8 @@ pub struct Surroundings {
     /// `None`: nodes unknown (no feasibility verdict).
     pub nodes: Option<Vec<Node>>,
     pub namespaces: Vec<Namespace>,
+    /// Kueue Workloads (`kueue.x-k8s.io/v1beta2`, SPEC §12) of the job's namespace.
+    pub workloads: Vec<Value>,
     /// Read from a cluster: what is absent does not exist. Otherwise only what the manifests
     /// give is known.
     pub from_cluster: bool,
@@ -137,6 +139,7 @@ fn add(v: Value, jobs: &mut Vec<Value>, s: &mut Surroundings) -> Result<(), Expl
         ("node.k8s.io/v1", "RuntimeClass") => s.runtime_classes.push(typed(v)?),
         ("v1", "Node") => s.nodes.get_or_insert_with(Vec::new).push(typed(v)?),
         ("v1", "Namespace") => s.namespaces.push(typed(v)?),
+        ("kueue.x-k8s.io/v1beta2", "Workload") => s.workloads.push(v),
         _ if crate::kinds::lookup(api_version, kind).is_some() => jobs.push(v),
         _ => {
             return Err(ExplainError::UnknownKind(format!("{api_version} {kind}")));

@@ -161,9 +161,12 @@ pub fn read(workload: &Value) -> Admission {
     }
 }
 
+/// The Workloads of one job, by name.
+pub type JobWorkloads = BTreeMap<String, Arc<Admission>>;
+
 /// The Workloads of every job, by the job's UID and the Workload's name.
 #[derive(Clone, Default)]
-pub struct Admissions(Arc<RwLock<HashMap<String, BTreeMap<String, Arc<Admission>>>>>);
+pub struct Admissions(Arc<RwLock<HashMap<String, JobWorkloads>>>);
 
 impl Admissions {
     /// The Workload that speaks for a job: the admitted one, else any (a job has one Workload;
@@ -178,7 +181,7 @@ impl Admissions {
     }
 
     /// Every Workload of a job, by name.
-    pub fn all(&self, job_uid: &str) -> Option<BTreeMap<String, Arc<Admission>>> {
+    pub fn all(&self, job_uid: &str) -> Option<JobWorkloads> {
         self.0.read().expect("lock").get(job_uid).cloned()
     }
 
@@ -205,7 +208,7 @@ impl Admissions {
     }
 
     /// Replaces everything (after a relist).
-    pub fn replace(&self, fresh: HashMap<String, BTreeMap<String, Arc<Admission>>>) {
+    pub fn replace(&self, fresh: HashMap<String, JobWorkloads>) {
         *self.0.write().expect("lock") = fresh;
     }
 
@@ -215,7 +218,12 @@ impl Admissions {
     }
 
     pub fn len(&self) -> usize {
-        self.0.read().expect("lock").values().map(BTreeMap::len).sum()
+        self.0
+            .read()
+            .expect("lock")
+            .values()
+            .map(BTreeMap::len)
+            .sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -276,7 +284,11 @@ mod tests {
         assert!(!a.admitted);
         assert_eq!(a.evicted.as_deref(), Some("Preempted"));
         assert_eq!(a.unreadable, vec!["master/cpu".to_string()]);
-        for junk in [json!(null), json!({"status": 3}), json!({"spec": {"podSets": "x"}})] {
+        for junk in [
+            json!(null),
+            json!({"status": 3}),
+            json!({"spec": {"podSets": "x"}}),
+        ] {
             let a = read(&junk);
             assert!(!a.admitted && a.pod_sets.is_empty());
             assert_eq!(owner_uid(&junk), None);

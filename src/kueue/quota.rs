@@ -119,9 +119,9 @@ pub fn describe(workload: &str, diffs: &[Difference]) -> String {
         .map(|d| {
             let delta = d.pods.nanos() - d.kueue.nanos();
             let by = Quantity::from_nanos(delta.abs(), d.pods.format());
-            let (word, sign) = if delta > 0 { ("more", "+") } else { ("less", "-") };
+            let word = if delta > 0 { "more" } else { "less" };
             format!(
-                "{}: the pods request {}, Kueue admitted {} ({sign}{by}, {by} {word} than admitted)",
+                "{}: the pods request {}, Kueue admitted {} ({by} {word})",
                 d.resource, d.pods, d.kueue
             )
         })
@@ -149,7 +149,10 @@ pub fn cap(min_resources: &ResourceMap, kueue: &ResourceMap) -> ResourceMap {
 
 /// The warning for a scheduler-plugins `scheduleTimeoutSeconds` above Kueue's `waitForPodsReady`
 /// timeout: Kueue evicts the job before the scheduler gives up on the gang, so the two fight.
-pub fn timeout_above(schedule_timeout_seconds: Option<i32>, pods_ready: Duration) -> Option<String> {
+pub fn timeout_above(
+    schedule_timeout_seconds: Option<i32>,
+    pods_ready: Duration,
+) -> Option<String> {
     let t = u64::try_from(schedule_timeout_seconds?).ok()?;
     (t > pods_ready.as_secs()).then(|| {
         format!(
@@ -194,10 +197,10 @@ mod tests {
         );
         let msg = describe("w", &d);
         assert!(
-            msg.contains("cpu: the pods request 6, Kueue admitted 4 (+2, 2 more than admitted)"),
+            msg.contains("cpu: the pods request 6, Kueue admitted 4 (2 more)"),
             "{msg}"
         );
-        assert!(msg.contains("memory: the pods request 8Gi, Kueue admitted 10Gi (-2Gi"));
+        assert!(msg.contains("memory: the pods request 8Gi, Kueue admitted 10Gi (2Gi less)"));
         assert!(msg.contains("nvidia.com/gpu: the pods request 0, Kueue admitted 2"));
     }
 
@@ -214,7 +217,11 @@ mod tests {
     #[test]
     fn rule_12_a_gang_timeout_above_kueues_is_reported() {
         let kueue = Duration::from_secs(300);
-        assert!(timeout_above(Some(600), kueue).unwrap().contains("below 300s"));
+        assert!(
+            timeout_above(Some(600), kueue)
+                .unwrap()
+                .contains("below 300s")
+        );
         assert_eq!(timeout_above(Some(300), kueue), None);
         assert_eq!(timeout_above(Some(-1), kueue), None);
         assert_eq!(timeout_above(None, kueue), None);

@@ -1,7 +1,7 @@
 //! The Workload watch: keeps [`Admissions`] and sends each job whose Workload changed to its
 //! kind's controller (SPEC §12). Nothing of a Workload is kept but what [`read`] takes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -12,7 +12,7 @@ use kube::{Api, Client};
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
-use super::{Admission, Admissions, owner_uid, read, workload_resource};
+use super::{Admission, Admissions, JobWorkloads, owner_uid, read, workload_resource};
 use crate::liveness::Probe;
 use crate::metrics::Metrics;
 use crate::trigger::{Trigger, owner_trigger};
@@ -43,7 +43,7 @@ pub fn spawn(
         let mut stream = std::pin::pin!(stream);
         // The jobs of the Workloads seen, to trigger them when a relist drops their Workload.
         let mut owners: HashMap<String, Trigger> = HashMap::new();
-        let mut fresh: HashMap<String, BTreeMap<String, Arc<Admission>>> = HashMap::new();
+        let mut fresh: HashMap<String, JobWorkloads> = HashMap::new();
         let mut fresh_owners: HashMap<String, Trigger> = HashMap::new();
         while let Some(ev) = stream.next().await {
             observe(&probe, &metrics, &ev);

@@ -91,6 +91,10 @@ fn init(cluster: &'static Cluster) -> Result<Env, String> {
             "--gang-broken-seconds",
             "3",
             "--link-coscheduling-scheduler-name=",
+            // SPEC §12: Kueue (start.sh) runs an Indexed Job, with waitForPodsReady at 40 s.
+            "--batch-jobs",
+            "--kueue-pods-ready-timeout-seconds",
+            "40",
         ]
         .map(String::from),
     );

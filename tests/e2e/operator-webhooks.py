@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""operator-webhooks.py OPERATOR PORT CA_FILE: the webhook configurations of the JobSet, the
-LeaderWorkerSet or the Trainer v2 controller (OPERATOR: jobset, lws or trainer) as their upstream
-manifests register them
+"""operator-webhooks.py OPERATOR PORT CA_FILE [MANIFEST]: the webhook configurations of the
+JobSet, the LeaderWorkerSet or the Trainer v2 controller, or of Kueue (OPERATOR: jobset, lws,
+trainer or kueue) as their upstream manifests register them
 (failurePolicy Fail; the pod webhooks only for pods with the operator's name label), reached by
-URL on loopback instead of a Service. Prints a v1 List."""
+URL on loopback instead of a Service. Kueue's are read from its upstream MANIFEST and kept for
+its own objects and the integrations the e2e tier enables. Prints a v1 List."""
 import base64, json, sys
 
 operator, port = sys.argv[1], sys.argv[2]
@@ -60,6 +61,25 @@ elif operator == "trainer":
         hook(f"validator.{r[:-1]}.trainer.kubeflow.org",
              f"/validate-trainer-kubeflow-org-v1alpha1-{r[:-1]}", G, V, r, ["CREATE", "UPDATE"])
         for r in ("clustertrainingruntimes", "trainingruntimes", "trainjobs")]
+elif operator == "kueue":
+    import yaml
+    # The e2e configuration's integrations (tests/e2e/start.sh) and Kueue's own kinds.
+    KEEP = ("-batch-v1-job", "-kubeflow-org-v1-pytorchjob", "-jobset-x-k8s-io-v1alpha2-jobset",
+            "-ray-io-v1-rayjob", "-kueue-x-k8s-io-")
+    mutating, validating = [], []
+    for doc in yaml.safe_load_all(open(sys.argv[4])):
+        if not doc:
+            continue
+        for h in doc["webhooks"]:
+            path = h["clientConfig"]["service"]["path"]
+            if not any(k in path for k in KEEP):
+                continue
+            h["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}", "caBundle": ca}
+            # Upstream's kustomization keeps them off kube-system and kueue-system.
+            h["namespaceSelector"] = {"matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                 "values": ["kube-system", "kueue-system"]}]}
+            (mutating if doc["kind"] == "MutatingWebhookConfiguration" else validating).append(h)
 else:
     sys.exit(f"operator-webhooks.py: unknown operator {operator}")
 

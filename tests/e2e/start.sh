@@ -14,6 +14,10 @@
 #   KubeRay operator              RayClusters and RayJobs, batch scheduler off
 #   Trainer controller manager    Trainer v2's TrainJobs (run as JobSets), its webhooks registered
 #                                 on loopback
+#   Kueue controller manager      admission and preemption of jobs labelled with a LocalQueue
+#                                 (SPEC §12): batch/v1 Jobs, PyTorchJobs, JobSets, RayJobs;
+#                                 waitForPodsReady 40 s; its webhooks for those registered on
+#                                 loopback
 # Every process talks to the API server only, listens on loopback where it has a flag for it,
 # and is listed in WORK_DIR/pids. Two listeners cannot be moved: the training-operator's webhook
 # server (all interfaces, a free port) and the mpi-operator's health check (:8080, hardcoded).
@@ -97,15 +101,16 @@ fi
 # --- binaries ---------------------------------------------------------------------------------
 log "get-e2e-binaries.sh (cold: tens of minutes; warm: a second)"
 if [ "$E2E_NATIVE" = 1 ]; then
-  COMPONENTS=(kwok training-operator mpi-operator jobset lws kuberay trainer)
+  COMPONENTS=(kwok training-operator mpi-operator jobset lws kuberay trainer kueue)
   NEEDED=(KWOK KWOK_STAGES TRAINING_OPERATOR MPI_OPERATOR JOBSET LWS LWS_CRDS KUBERAY KUBERAY_CRDS
-          TRAINER TRAINER_CRDS)
+          TRAINER TRAINER_CRDS KUEUE KUEUE_CRDS KUEUE_WEBHOOKS)
 else
   COMPONENTS=(kwok scheduler-plugins volcano training-operator mpi-operator jobset lws kuberay
-              trainer)
+              trainer kueue)
   NEEDED=(KWOK KWOK_STAGES SCHEDULER_PLUGINS SCHEDULER_PLUGINS_CONTROLLER SCHEDULER_PLUGINS_CRDS
           VOLCANO_SCHEDULER VOLCANO_CONTROLLER_MANAGER VOLCANO_CRDS TRAINING_OPERATOR MPI_OPERATOR
-          JOBSET LWS LWS_CRDS KUBERAY KUBERAY_CRDS TRAINER TRAINER_CRDS)
+          JOBSET LWS LWS_CRDS KUBERAY KUBERAY_CRDS TRAINER TRAINER_CRDS KUEUE KUEUE_CRDS
+          KUEUE_WEBHOOKS)
 fi
 out=$("$HERE/get-e2e-binaries.sh" "${COMPONENTS[@]}" </dev/null) || fail binaries "get-e2e-binaries.sh failed"
 eval "$(printf '%s\n' "$out" | grep -E '^[A-Z_]+=' | sed -E 's/^([A-Z_]+)=(.*)$/\1=\x27\2\x27/')"
@@ -126,7 +131,7 @@ kubectl() { "$CP_BIN/kubectl" --kubeconfig="$KC" "$@"; }
 
 read -r KWOK_PORT NKCM_PORT SP_PORT SPC_METRICS SPC_PROBE VC_LISTEN VC_HEALTH VCM_LISTEN \
   VCM_HEALTH TO_METRICS TO_PROBE TO_WEBHOOK JS_WEBHOOK JS_METRICS JS_PROBE RAY_METRICS \
-  RAY_PROBE LWS_WEBHOOK LWS_PROBE TR_WEBHOOK TR_PROBE < <(free_ports 21)
+  RAY_PROBE LWS_WEBHOOK LWS_PROBE TR_WEBHOOK TR_PROBE KQ_WEBHOOK KQ_PROBE < <(free_ports 23)
 
 # --- cluster objects the components need --------------------------------------------------------
 if [ "$E2E_NATIVE" != 1 ]; then
@@ -144,8 +149,8 @@ for ns in kubeflow mpi-operator; do
 done
 
 # --- kwok -------------------------------------------------------------------------------------
-# The upstream stages (node-initialize, pod-ready, pod-complete for Job-owned pods but a JobSet's,
-# pod-delete)
+# The upstream stages (node-initialize, pod-ready, pod-complete for Job-owned pods but a JobSet's
+# and those labelled e2e.podgroup-sync.io/keep-running, pod-delete)
 # plus one of ours: a Running pod labelled e2e.podgroup-sync.io/succeed=true exits 0 after 2 s,
 # so a test decides which replica of a training job finishes (and with it the job).
 # A JobSet's pods are Job-owned too; they keep running (a test ends one with the succeed label),
@@ -159,6 +164,8 @@ text = open(sys.argv[1]).read()
 anchor = "    - key: '.metadata.ownerReferences.[].kind'\n"
 assert anchor in text, "kwok's pod-complete stage changed: " + sys.argv[1]
 print(text.replace(anchor, "    - key: '.metadata.labels.[\"jobset.sigs.k8s.io/jobset-name\"]'\n"
+                   "      operator: 'DoesNotExist'\n"
+                   "    - key: '.metadata.labels.[\"e2e.podgroup-sync.io/keep-running\"]'\n"
                    "      operator: 'DoesNotExist'\n" + anchor), end="")
 PY
     else
@@ -441,6 +448,58 @@ python3 "$HERE/operator-webhooks.py" trainer "$TR_WEBHOOK" "$OP_CERTS/ca.crt" > 
   fail trainer-setup "cannot write the Trainer webhook configurations"
 kubectl apply -f "$W/trainer-webhooks.json" >>"$W/trainer-setup.log" 2>&1 ||
   fail trainer-setup "cannot register the Trainer webhooks"
+
+# --- Kueue controller manager ------------------------------------------------------------------
+# SPEC §12. Only jobs labelled kueue.x-k8s.io/queue-name are Kueue's (manageJobsWithoutQueueName
+# off), so the other scenarios are untouched. waitForPodsReady evicts an admitted job whose pods
+# are not all ready within 40 s (the controller is told with --kueue-pods-ready-timeout-seconds);
+# a job evicted that way is not requeued (backoffLimitCount 0), so its scenario sees it stay
+# suspended. Its webhooks (suspending a queued job at creation, defaulting and validating Kueue's
+# own objects) are the upstream manifest's for the integrations enabled, served on loopback with
+# the operators' certificate.
+kubectl create namespace kueue-system --dry-run=client -o yaml | kubectl apply -f - \
+  >"$W/kueue-setup.log" 2>&1 || fail kueue-setup "cannot create namespace kueue-system"
+kubectl apply --server-side --force-conflicts --field-manager=podgroup-sync-e2e -f "$KUEUE_CRDS" \
+  >>"$W/kueue-setup.log" 2>&1 || fail kueue-setup "kubectl apply of Kueue's CRDs failed"
+kubectl wait --for=condition=Established --timeout="${READY_TIMEOUT}s" -f "$KUEUE_CRDS" \
+  >>"$W/kueue-setup.log" 2>&1 || fail kueue-setup "Kueue's CRDs not Established"
+# With its own certificate management off, Kueue loads a metrics serving certificate from a
+# constant path, /etc/kueue/metrics/certs, even with its metrics server off (bindAddress "0"),
+# and exits when there is none. As for the training-operator's constant path above, a throw-away
+# certificate is put there only if it has no tls.crt yet (never removed or overwritten).
+KQ_METRICS_CERTS=/etc/kueue/metrics/certs
+if [ ! -e "$KQ_METRICS_CERTS/tls.crt" ]; then
+  mkdir -p "$KQ_METRICS_CERTS" || fail kueue-setup "cannot create $KQ_METRICS_CERTS (run as root)"
+  cp "$OP_CERTS/tls.key" "$KQ_METRICS_CERTS/.tls.key.$$" && mv -n "$KQ_METRICS_CERTS/.tls.key.$$" "$KQ_METRICS_CERTS/tls.key"
+  cp "$OP_CERTS/tls.crt" "$KQ_METRICS_CERTS/.tls.crt.$$" && mv -n "$KQ_METRICS_CERTS/.tls.crt.$$" "$KQ_METRICS_CERTS/tls.crt"
+  rm -f "$KQ_METRICS_CERTS/.tls.key.$$" "$KQ_METRICS_CERTS/.tls.crt.$$"
+fi
+cat > "$W/kueue-config.yaml" <<EOF
+apiVersion: config.kueue.x-k8s.io/v1beta2
+kind: Configuration
+namespace: kueue-system
+health: {healthProbeBindAddress: "127.0.0.1:$KQ_PROBE"}
+metrics: {bindAddress: "0"}
+webhook: {port: $KQ_WEBHOOK, host: 127.0.0.1, certDir: $OP_CERTS}
+leaderElection: {leaderElect: false}
+internalCertManagement: {enable: false}
+waitForPodsReady:
+  timeout: 40s
+  blockAdmission: false
+  requeuingStrategy: {timestamp: Eviction, backoffLimitCount: 0}
+integrations:
+  frameworks: [batch/job, kubeflow.org/pytorchjob, jobset.x-k8s.io/jobset, ray.io/rayjob]
+EOF
+log "kueue controller manager (probe 127.0.0.1:$KQ_PROBE, webhook 127.0.0.1:$KQ_WEBHOOK)"
+# The visibility API server (on by default) would serve a fixed port (8082) with a certificate
+# from a constant path (/visibility): off.
+start kueue env -u KUBECONFIG "$KUEUE" --kubeconfig="$KC" --config="$W/kueue-config.yaml" \
+  --feature-gates=VisibilityOnDemand=false
+wait_ready kueue "$STARTED_PID" http_ok "http://127.0.0.1:$KQ_PROBE/readyz"
+python3 "$HERE/operator-webhooks.py" kueue "$KQ_WEBHOOK" "$OP_CERTS/ca.crt" "$KUEUE_WEBHOOKS" \
+  > "$W/kueue-webhooks.json" || fail kueue-setup "cannot write the Kueue webhook configurations"
+kubectl apply -f "$W/kueue-webhooks.json" >>"$W/kueue-setup.log" 2>&1 ||
+  fail kueue-setup "cannot register the Kueue webhooks"
 
 {
   printf 'export E2E_DIR=%q\n' "$W"

@@ -92,6 +92,10 @@ are only listed and watched (by caches), never fetched one by one, so "get" is n
   resources: ["jobs"]
   verbs: ["get", "list", "watch"]
 {{- end }}
+# Kueue's Workloads (when Kueue is installed): what Kueue admitted for each job (SPEC §12).
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads"]
+  verbs: ["list", "watch"]
 # Namespaces carry the enablement and backend annotations.
 - apiGroups: [""]
   resources: ["namespaces"]
