@@ -14,8 +14,8 @@
 #               network namespace of its own
 #   make e2e    the end-to-end tier: kwok nodes, the scheduler-plugins and Volcano schedulers,
 #               training-operator and mpi-operator (gang mode off), the JobSet controller, the
-#               LeaderWorkerSet controller, the KubeRay operator and the Trainer v2 controller,
-#               all built from the Go proxy
+#               LeaderWorkerSet controller, the KubeRay operator, the Trainer v2 controller and
+#               Kueue, all built from the Go proxy
 .PHONY: test lint unit integration binaries faults e2e native node image demo build release
 
 CARGO ?= cargo

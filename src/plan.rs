@@ -402,30 +402,8 @@ fn plan_active(input: &Input, mode: Mode, job: &Job, t: Target) -> Plan {
             .push((Reason::GangSpecWarning, warnings.join("; ")));
     }
     // Beside Kueue (SPEC §12): quota coherence and timeouts; a Volcano gang's minResources
-    // capped at what Kueue admitted. A job of several gangs has one Workload per group, which
-    // is not compared.
-    let kueue = (!grouped).then(|| {
-        let timeout = backend
-            .spec(job, gang, None, opts)
-            .get("scheduleTimeoutSeconds")
-            .and_then(Value::as_i64)
-            .and_then(|t| i32::try_from(t).ok());
-        let queued = input
-            .job
-            .metadata
-            .labels
-            .as_ref()
-            .is_some_and(|l| l.contains_key(crate::kueue::QUEUE_LABEL));
-        crate::kueue::quota::review(
-            gang,
-            backend_kind,
-            input.kueue,
-            queued,
-            timeout,
-            input.settings.kueue_pods_ready_timeout,
-        )
-    });
-    let kueue = kueue.unwrap_or_default();
+    // capped at what Kueue admitted.
+    let kueue = kueue_review(input, job, gang, backend_kind, grouped);
     plan.events.extend(kueue.events);
     let gang = kueue.capped.as_ref().unwrap_or(gang);
     let shown = if grouped {
@@ -466,6 +444,41 @@ fn plan_active(input: &Input, mode: Mode, job: &Job, t: Target) -> Plan {
         ));
     }
     plan
+}
+
+/// What Kueue's admission of the job changes (SPEC §12; see `kueue::quota`). A job of several
+/// gangs has one Workload per group, which is not compared.
+fn kueue_review(
+    input: &Input,
+    job: &Job,
+    gang: &Gang,
+    backend_kind: BackendKind,
+    grouped: bool,
+) -> crate::kueue::quota::Review {
+    if grouped {
+        return Default::default();
+    }
+    let opts = &input.settings.backend_options;
+    let timeout = backend_kind
+        .backend()
+        .spec(job, gang, None, opts)
+        .get("scheduleTimeoutSeconds")
+        .and_then(Value::as_i64)
+        .and_then(|t| i32::try_from(t).ok());
+    let queued = input
+        .job
+        .metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(crate::kueue::QUEUE_LABEL));
+    crate::kueue::quota::review(
+        gang,
+        backend_kind,
+        input.kueue,
+        queued,
+        timeout,
+        input.settings.kueue_pods_ready_timeout,
+    )
 }
 
 /// Pods of the gang that the pod-link webhook did not link (SPEC §8): they run outside the

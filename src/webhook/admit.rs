@@ -237,23 +237,57 @@ impl Admission {
                 return verdict;
             }
         };
+        let decision = self
+            .settle(
+                &view,
+                &owner,
+                job,
+                &caches,
+                &namespace,
+                ns_annotations,
+                start,
+                deadline,
+            )
+            .await;
+        verdict_of(
+            decision,
+            &view,
+            &namespace,
+            &owner,
+            request.dry_run == Some(true),
+        )
+    }
+
+    /// The link decision, looked at again while the cache is behind the pod ([`Look`]).
+    #[allow(clippy::too_many_arguments)]
+    async fn settle(
+        &self,
+        view: &PodView<'_>,
+        owner: &Owner,
+        job: std::sync::Arc<kube::api::DynamicObject>,
+        caches: &Caches,
+        namespace: &str,
+        ns_annotations: Option<&std::collections::BTreeMap<String, String>>,
+        start: Instant,
+        deadline: Instant,
+    ) -> Decision {
         let priorities = caches.priorities();
-        let defaults = caches.admission_defaults(&namespace);
+        let defaults = caches.admission_defaults(namespace);
         let mut job = job;
         let pod_group_deadline = start + self.pod_group_wait;
-        let decision = loop {
+        loop {
             let (decision, again) = {
                 let ctx = link::Context {
                     namespace_annotations: ns_annotations,
-                    pod_groups: &caches,
+                    pod_groups: caches,
                     priorities: &priorities,
                     defaults: &defaults,
                     settings: &self.settings,
                 };
-                let decision = link::decide(&view, &owner, &job, &ctx);
+                let decision = link::decide(view, owner, &job, &ctx);
                 let look = Look {
                     pod_group_cached: |b, n: &str| {
-                        crate::target::PodGroups::get(&caches, b, &namespace, n).is_some()
+                        crate::target::PodGroups::get(caches, b, namespace, n).is_some()
                     },
                     now: Instant::now(),
                     owner_deadline: deadline,
@@ -266,19 +300,12 @@ impl Admission {
                 break decision;
             }
             tokio::time::sleep(POLL).await;
-            if let CachedJob::Found(newer) = caches.job(owner.kind, &namespace, &owner.name)
+            if let CachedJob::Found(newer) = caches.job(owner.kind, namespace, &owner.name)
                 && newer.metadata.uid == job.metadata.uid
             {
                 job = newer;
             }
-        };
-        verdict_of(
-            decision,
-            &view,
-            &namespace,
-            &owner,
-            request.dry_run == Some(true),
-        )
+        }
     }
 
     /// The caches, waiting for the controller to sync them until `deadline`.

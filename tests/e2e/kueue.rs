@@ -19,6 +19,8 @@ pub const LOCAL_QUEUE: &str = "lq";
 pub const LOW: &str = "e2e-low";
 pub const HIGH: &str = "e2e-high";
 const FLAVOR: &str = "e2e-flavor";
+/// A RuntimeClass with a pod overhead (the handler is never run: kwok runs the pods).
+const OVERHEAD_CLASS: &str = "e2e-kueue-overhead";
 
 pub fn ar(kind: &str, plural: &str) -> ApiResource {
     jobs::ar("kueue.x-k8s.io", "v1beta2", kind, plural)
@@ -260,6 +262,16 @@ pub async fn admission_preemption_readmission(
     }
     let ns = s.ns.clone();
     let cq = queues(&s, 4, true).await;
+    // Pods with a RuntimeClass overhead: Kueue and podgroup-sync must count it alike.
+    ensure(
+        &s.client,
+        &kube::api::ApiResource::erase::<k8s_openapi::api::node::v1::RuntimeClass>(&()),
+        json!({
+        "apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+        "metadata": {"name": OVERHEAD_CLASS}, "handler": "runc",
+        "overhead": {"podFixed": {"cpu": "250m", "memory": "64Mi"}}}),
+    )
+    .await;
     let gang = |name: &str, priority| {
         let mut m = training_job(
             Kind::PyTorchJob,
@@ -269,6 +281,10 @@ pub async fn admission_preemption_readmission(
             &[replicas("Master", 1, 1), replicas("Worker", 3, 1)],
             json!({}),
         );
+        for t in ["Master", "Worker"] {
+            m["spec"]["pytorchReplicaSpecs"][t]["template"]["spec"]["runtimeClassName"] =
+                json!(OVERHEAD_CLASS);
+        }
         m["metadata"] = queued(m["metadata"].clone(), Some(priority));
         m
     };
@@ -336,6 +352,35 @@ pub async fn admission_preemption_readmission(
     s.wait_all_running(&ns, &low, 4).await;
     assert_pod_group_first_and_every_pod_linked(&s, backend, &low).await;
     assert_no_pod_linked_to_a_missing_pod_group(&s, backend, "re-admitted").await;
+
+    // Kueue's admitted requests and the gang's agree (overhead included): no KueueQuotaDiffers,
+    // and minResources counts 4 × (500m + 250m overhead) CPUs.
+    if backend != Backend::Kubernetes {
+        assert_eq!(
+            jobs::spec(&pg)["minResources"]["cpu"],
+            "3",
+            "the overhead counted"
+        );
+    }
+    let w = workload_of(&s.client, &ns, &uid)
+        .await
+        .expect("the Workload");
+    let cpu: Vec<&Value> = w
+        .data
+        .pointer("/status/admission/podSetAssignments")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p.pointer("/resourceUsage/cpu"))
+        .collect();
+    eprintln!("[{ns}] Kueue admitted cpu {cpu:?} for the pod sets; podgroup-sync counts 3");
+    assert!(
+        jobs::events(&s.client, &ns, &low, "KueueQuotaDiffers")
+            .await
+            .is_empty(),
+        "Kueue's admission and the gang's requests agree\n{}",
+        s.diagnostics()
+    );
 
     // A LimitRange Kueue did not see when it admitted the job: the pods' requests and Kueue's
     // quota now differ, and the job is told by how much.
