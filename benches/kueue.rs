@@ -16,9 +16,11 @@
 //! Checked throughout (a violation fails the run; timing never does):
 //! - every pod is created after a PodGroup of its link exists, and before that PodGroup is
 //!   deleted (etcd revisions of the watch events: a pod's creation against its PodGroup's);
-//! - at every sample (every 2 s), no PodGroup of a suspended or finished job that was already
-//!   suspended or finished at the sample before ("left"), and no live pod of an active job linked
-//!   to a PodGroup that does not exist at two samples running.
+//! - at every sample (every 2 s: jobs, then pods, then PodGroups listed), no PodGroup (the same
+//!   UID) of a suspended or finished job at two samples running ("left"), and no live pod (the
+//!   same UID) of an active job linked to a PodGroup that does not exist at two samples running.
+//!   One sample alone is not a fault: the lists are a moment apart, and Kueue may admit and
+//!   preempt a job within a second.
 //!
 //! Reported: admissions, preemptions, completions, the lag from a job's admission (its unsuspend
 //! seen by a watch) to its PodGroup (seen by a watch) p50/p99/max, PodGroup creates per admission,
@@ -259,7 +261,24 @@ async fn sample(client: &Client, ns: &str) -> (HashSet<String>, HashSet<String>)
         .iter()
         .filter_map(|p| p.metadata.name.clone())
         .collect();
-    let left: HashSet<String> = pg_names.intersection(&inactive).cloned().collect();
+    // By UID: a PodGroup deleted and created again between two samples is not one left behind.
+    let left: HashSet<String> = pgs
+        .items
+        .iter()
+        .filter(|p| {
+            p.metadata
+                .name
+                .as_ref()
+                .is_some_and(|n| inactive.contains(n))
+        })
+        .map(|p| {
+            format!(
+                "{}/{}",
+                p.metadata.name.clone().unwrap_or_default(),
+                p.metadata.uid.clone().unwrap_or_default()
+            )
+        })
+        .collect();
     let job_of = |p: &Pod| {
         p.metadata
             .labels
@@ -276,7 +295,13 @@ async fn sample(client: &Client, ns: &str) -> (HashSet<String>, HashSet<String>)
             let link = p.metadata.labels.as_ref().and_then(|l| l.get(LINK));
             link.is_some_and(|l| !pg_names.contains(l))
         })
-        .filter_map(|p| p.metadata.name.clone())
+        .map(|p| {
+            format!(
+                "{}/{}",
+                p.metadata.name.clone().unwrap_or_default(),
+                p.metadata.uid.clone().unwrap_or_default()
+            )
+        })
         .collect();
     (left, dangling)
 }

@@ -91,13 +91,14 @@ fn init(cluster: &'static Cluster) -> Result<Env, String> {
             "--gang-broken-seconds",
             "3",
             "--link-coscheduling-scheduler-name=",
-            // SPEC §12: Kueue (start.sh) runs an Indexed Job, with waitForPodsReady at 40 s.
+            // SPEC §12: Kueue (start.sh) runs an Indexed Job.
             "--batch-jobs",
-            "--kueue-pods-ready-timeout-seconds",
-            "40",
         ]
         .map(String::from),
     );
+    // Kueue's waitForPodsReady timeout, as start.sh configures it.
+    let pods_ready = std::env::var("KUEUE_PODS_READY_TIMEOUT").unwrap_or_else(|_| "40".into());
+    args.extend(["--kueue-pods-ready-timeout-seconds".into(), pods_ready]);
     let controller = std::panic::catch_unwind(|| {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         controller::start(cluster, None, &args)

@@ -37,6 +37,7 @@
 #   PGS_BIN_DIR             directory with kubectl (default: from tests/cluster/get-binaries.sh)
 #   E2E_LOCK_TIMEOUT=3600   seconds to wait for another e2e run on this machine to finish
 #   E2E_LOCK=/tmp/podgroup-sync-e2e.lock
+#   KUEUE_PODS_READY_TIMEOUT=40  seconds of Kueue's waitForPodsReady timeout
 #   E2E_NATIVE=1            Kubernetes' own gang scheduling instead of the two schedulers: the
 #                           control plane's kube-scheduler (1.37, GenericWorkload gate on) as
 #                           "default-scheduler"; no scheduler-plugins, no Volcano (the control
@@ -309,7 +310,9 @@ log "volcano queue 'default' is Open"
 fi
 
 # --- training-operator ------------------------------------------------------------------------
-# Gang scheduling off: no --gang-scheduler-name. Its certificate rotator waits for
+# Gang scheduling off: no --gang-scheduler-name. Its client's 20 requests/s and one worker
+# thread (the defaults) would set the pace of the Kueue soak's 1,000 jobs: raised. Its
+# certificate rotator waits for
 # /tmp/k8s-webhook-server/serving-certs/tls.crt (a constant; it only checks that the file
 # exists), while its webhook server loads tls.crt/tls.key from $TMPDIR/k8s-webhook-server/
 # serving-certs. So TMPDIR points into WORK_DIR, where a throw-away certificate is put, and the
@@ -335,7 +338,8 @@ start training-operator env -u KUBECONFIG TMPDIR="$TO_TMP" MY_POD_NAMESPACE=kube
   "$TRAINING_OPERATOR" --kubeconfig="$KC" \
   --metrics-bind-address="127.0.0.1:$TO_METRICS" --health-probe-bind-address="127.0.0.1:$TO_PROBE" \
   --webhook-server-port="$TO_WEBHOOK" --leader-elect=false \
-  --enable-scheme=pytorchjob --enable-scheme=tfjob --enable-scheme=xgboostjob
+  --enable-scheme=pytorchjob --enable-scheme=tfjob --enable-scheme=xgboostjob \
+  --kube-api-qps=100 --kube-api-burst=200 --controller-threads=4
 wait_ready training-operator "$STARTED_PID" http_ok "http://127.0.0.1:$TO_PROBE/readyz"
 
 # --- mpi-operator -----------------------------------------------------------------------------
@@ -483,8 +487,11 @@ metrics: {bindAddress: "0"}
 webhook: {port: $KQ_WEBHOOK, host: 127.0.0.1, certDir: $OP_CERTS}
 leaderElection: {leaderElect: false}
 internalCertManagement: {enable: false}
+# Kueue's client defaults to 20 requests/s (its chart: 50): at the soak's 1,000 jobs
+# (bench/Makefile.inc: bench-kueue) that, not admission, would set the pace.
+clientConnection: {qps: 200, burst: 400}
 waitForPodsReady:
-  timeout: 40s
+  timeout: ${KUEUE_PODS_READY_TIMEOUT:-40}s
   blockAdmission: false
   requeuingStrategy: {timestamp: Eviction, backoffLimitCount: 0}
 integrations:
