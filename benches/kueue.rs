@@ -271,13 +271,7 @@ async fn sample(client: &Client, ns: &str) -> (HashSet<String>, HashSet<String>)
                 .as_ref()
                 .is_some_and(|n| inactive.contains(n))
         })
-        .map(|p| {
-            format!(
-                "{}/{}",
-                p.metadata.name.clone().unwrap_or_default(),
-                p.metadata.uid.clone().unwrap_or_default()
-            )
-        })
+        .map(|p| name_uid(&p.metadata))
         .collect();
     let job_of = |p: &Pod| {
         p.metadata
@@ -295,13 +289,7 @@ async fn sample(client: &Client, ns: &str) -> (HashSet<String>, HashSet<String>)
             let link = p.metadata.labels.as_ref().and_then(|l| l.get(LINK));
             link.is_some_and(|l| !pg_names.contains(l))
         })
-        .map(|p| {
-            format!(
-                "{}/{}",
-                p.metadata.name.clone().unwrap_or_default(),
-                p.metadata.uid.clone().unwrap_or_default()
-            )
-        })
+        .map(|p| name_uid(&p.metadata))
         .collect();
     (left, dangling)
 }
@@ -312,6 +300,12 @@ fn writes_by_op(c: &support::controller::Controller) -> [f64; 3] {
     ["create", "update", "delete"].map(|op| {
         support::controller::metric_sum(&m, "podgroup_sync_podgroup_writes_total", &[("op", op)])
     })
+}
+
+/// `name/uid`: one object, not one name.
+fn name_uid(m: &kube::api::ObjectMeta) -> String {
+    let text = |v: &Option<String>| v.clone().unwrap_or_default();
+    format!("{}/{}", text(&m.name), text(&m.uid))
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {

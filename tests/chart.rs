@@ -206,6 +206,8 @@ fn expected_cluster_triples(
         &["list", "watch"],
     );
     add("node.k8s.io", &["runtimeclasses"], &["list", "watch"]);
+    // Kueue's Workloads (SPEC §12), watched while their CRD is served.
+    add("kueue.x-k8s.io", &["workloads"], &["list", "watch"]);
     add(
         "admissionregistration.k8s.io",
         &[

@@ -547,31 +547,14 @@ async fn l_a_rayjob_runs_on_a_whole_gang_and_suspending_it_frees_the_pod_group(b
     }
     let ns = s.ns.clone();
     let job = format!("rj-{}", s.id);
-    let cluster = raycluster(Link::Gang(backend), &job, s.pool(), 2, 2);
-    let rayjob_ar = jobs::ar("ray.io", "v1", "RayJob", "rayjobs");
-    let mut metadata = cluster["metadata"].clone();
-    metadata["name"] = json!(job);
-    let rayjob: kube::api::DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": metadata,
-        // KubeRay suspends only a RayJob that shuts its cluster down when done.
-        "spec": {"entrypoint": "python -c 'print(1)'", "shutdownAfterJobFinishes": true,
-            "rayClusterSpec": cluster["spec"]}}))
-    .unwrap();
+    let rayjob_ar = harness::rayjob_ar();
     let api = jobs::api(&s.client, &ns, &rayjob_ar);
-    api.create(&Default::default(), &rayjob)
-        .await
-        .expect("create RayJob");
-    let cluster_name = s
-        .env
-        .wait(&ns, "the RayJob's RayCluster", harness::SLOW, || async {
-            let rj = api.get_opt(&job).await.ok()??;
-            rj.data
-                .pointer("/status/rayClusterName")
-                .and_then(Value::as_str)
-                .filter(|n| !n.is_empty())
-                .map(str::to_string)
-        })
-        .await;
+    s.create_as(
+        &rayjob_ar,
+        harness::rayjob(Link::Gang(backend), &job, s.pool(), 2, 2, json!({})),
+    )
+    .await;
+    let cluster_name = harness::rayjob_cluster(&s, &job).await;
     let pg = s
         .wait_pg(&ns, backend, &cluster_name, "minMember 5", |pg| {
             spec(pg)["minMember"] == 5
@@ -862,17 +845,12 @@ async fn r_a_jobset_and_a_rayjob_beside_kueue(backend: Backend) {
     );
 
     let rj = format!("rj-{}", s.id);
-    let cluster = raycluster(Link::Gang(backend), &rj, s.pool(), 2, 1);
-    let mut metadata = kueue::queued(cluster["metadata"].clone(), None);
-    metadata["name"] = json!(rj);
-    let rayjob_ar = jobs::ar("ray.io", "v1", "RayJob", "rayjobs");
+    let queued = kueue::queued(json!({}), None);
+    let rayjob_ar = harness::rayjob_ar();
     let created = s
         .create_as(
             &rayjob_ar,
-            json!({
-            "apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": metadata,
-            "spec": {"entrypoint": "python -c 'print(1)'", "shutdownAfterJobFinishes": true,
-                "rayClusterSpec": cluster["spec"]}}),
+            harness::rayjob(Link::Gang(backend), &rj, s.pool(), 2, 1, queued),
         )
         .await;
     assert_eq!(
@@ -894,18 +872,7 @@ async fn r_a_jobset_and_a_rayjob_beside_kueue(backend: Backend) {
     kueue::patch_cluster_queue(&s.client, &cq, json!({"stopPolicy": "None"})).await;
     s.wait_all_running(&ns, &js, 2).await;
     kueue::assert_pod_group_first_and_every_pod_linked(&s, backend, &js).await;
-    let api = jobs::api(&s.client, &ns, &rayjob_ar);
-    let cluster_name = s
-        .env
-        .wait(&ns, "the RayJob's RayCluster", harness::SLOW, || async {
-            let rj = api.get_opt(&rj).await.ok()??;
-            rj.data
-                .pointer("/status/rayClusterName")
-                .and_then(Value::as_str)
-                .filter(|n| !n.is_empty())
-                .map(str::to_string)
-        })
-        .await;
+    let cluster_name = harness::rayjob_cluster(&s, &rj).await;
     let pg = s
         .wait_pg(&ns, backend, &cluster_name, "minMember 3", |pg| {
             spec(pg)["minMember"] == 3

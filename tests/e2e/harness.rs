@@ -795,6 +795,46 @@ pub fn raycluster(link: Link, name: &str, pool: &str, replicas: u32, hosts: u32)
     workload(Kind::RayCluster, link, name, spec)
 }
 
+pub fn rayjob_ar() -> kube::api::ApiResource {
+    jobs::ar("ray.io", "v1", "RayJob", "rayjobs")
+}
+
+/// A RayJob `name` whose RayCluster is [`raycluster`]`(link, name, pool, replicas, hosts)`, with
+/// `metadata_extra`'s labels (e.g. a Kueue queue) merged into its metadata. KubeRay suspends only
+/// a RayJob that shuts its cluster down when done, so it does.
+pub fn rayjob(
+    link: Link,
+    name: &str,
+    pool: &str,
+    replicas: u32,
+    hosts: u32,
+    metadata_extra: Value,
+) -> Value {
+    let cluster = raycluster(link, name, pool, replicas, hosts);
+    let mut metadata = cluster["metadata"].clone();
+    if let Some(labels) = metadata_extra.get("labels") {
+        metadata["labels"] = labels.clone();
+    }
+    json!({"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": metadata,
+        "spec": {"entrypoint": "python -c 'print(1)'", "shutdownAfterJobFinishes": true,
+            "rayClusterSpec": cluster["spec"]}})
+}
+
+/// Waits until RayJob `name` of this scope names the RayCluster KubeRay made for it.
+pub async fn rayjob_cluster(s: &Scope, name: &str) -> String {
+    let api = jobs::api(&s.client, &s.ns, &rayjob_ar());
+    s.env
+        .wait(&s.ns, "the RayJob's RayCluster", SLOW, || async {
+            let rj = api.get_opt(name).await.ok()??;
+            rj.data
+                .pointer("/status/rayClusterName")
+                .and_then(Value::as_str)
+                .filter(|n| !n.is_empty())
+                .map(str::to_string)
+        })
+        .await
+}
+
 /// `metadata` with the annotation choosing the backend of a zero-touch gang (`Link::Gang`).
 fn backend_annotated(link: Link, mut metadata: Value) -> Value {
     if let Link::Gang(b) = link {

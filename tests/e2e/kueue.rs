@@ -61,14 +61,9 @@ pub async fn queues(s: &Scope, gpus: u32, hold: bool) -> String {
         .await;
     }
     let cq = s.ns.clone();
-    let mut spec = json!({
-        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": s.ns}},
-        "preemption": {"withinClusterQueue": "LowerPriority"},
-        "resourceGroups": [{"coveredResources": ["cpu", "memory", GPU], "flavors": [{
-            "name": FLAVOR, "resources": [
-                {"name": "cpu", "nominalQuota": "100"},
-                {"name": "memory", "nominalQuota": "100Gi"},
-                {"name": GPU, "nominalQuota": gpus.to_string()}]}]}]});
+    let mut spec = gpu_quota(gpus);
+    spec["namespaceSelector"] = json!({"matchLabels": {"kubernetes.io/metadata.name": s.ns}});
+    spec["preemption"] = json!({"withinClusterQueue": "LowerPriority"});
     if hold {
         spec["stopPolicy"] = json!("Hold");
     }
