@@ -455,22 +455,22 @@ fn kueue_review(
     backend_kind: BackendKind,
     grouped: bool,
 ) -> crate::kueue::quota::Review {
-    if grouped {
-        return Default::default();
-    }
-    let opts = &input.settings.backend_options;
-    let timeout = backend_kind
-        .backend()
-        .spec(job, gang, None, opts)
-        .get("scheduleTimeoutSeconds")
-        .and_then(Value::as_i64)
-        .and_then(|t| i32::try_from(t).ok());
     let queued = input
         .job
         .metadata
         .labels
         .as_ref()
         .is_some_and(|l| l.contains_key(crate::kueue::QUEUE_LABEL));
+    // Most jobs are not Kueue's: nothing to review, and no PodGroup spec built for it.
+    if grouped || !(queued || input.kueue.is_some()) {
+        return Default::default();
+    }
+    let opts = &input.settings.backend_options;
+    let timeout = input.settings.kueue_pods_ready_timeout.and_then(|_| {
+        let spec = backend_kind.backend().spec(job, gang, None, opts);
+        let t = spec.get("scheduleTimeoutSeconds").and_then(Value::as_i64)?;
+        i32::try_from(t).ok()
+    });
     crate::kueue::quota::review(
         gang,
         backend_kind,

@@ -78,20 +78,16 @@ impl Admission {
     }
 }
 
-/// The controller reference of a Workload: the UID of the job Kueue made it for.
-pub fn owner_uid(workload: &Value) -> Option<&str> {
-    workload
-        .pointer("/metadata/ownerReferences")?
-        .as_array()?
-        .iter()
-        .find(|o| o.get("controller").and_then(Value::as_bool) == Some(true))?
-        .get("uid")?
-        .as_str()
-}
-
 /// Reads a Workload (pure; anything missing or malformed reads as absent, never an error: a
 /// Workload is Kueue's object, and podgroup-sync only reports what it says).
 pub fn read(workload: &Value) -> Admission {
+    let name = workload.pointer("/metadata/name").and_then(Value::as_str);
+    read_named(name.unwrap_or_default(), workload)
+}
+
+/// [`read`] of Workload `name` whose `spec` and `status` are in `workload` (a watched object's
+/// data, its metadata typed apart).
+pub fn read_named(name: &str, workload: &Value) -> Admission {
     let text = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
     let status = workload.get("status");
     let conditions = status
@@ -147,11 +143,7 @@ pub fn read(workload: &Value) -> Admission {
         })
         .collect();
     Admission {
-        workload: workload
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string(),
+        workload: name.to_string(),
         cluster_queue: admission.and_then(|a| text(a, "clusterQueue")),
         admitted: condition("Admitted").is_some(),
         evicted: condition("Evicted").map(|c| text(c, "reason").unwrap_or_default()),
@@ -257,7 +249,6 @@ mod tests {
     #[test]
     fn rule_12_a_workload_reads_as_its_admitted_counts_and_requests() {
         let w = workload();
-        assert_eq!(owner_uid(&w), Some("u1"));
         let a = read(&w);
         assert!(a.admitted && a.evicted.is_none());
         assert_eq!(a.cluster_queue.as_deref(), Some("cq"));
@@ -291,7 +282,6 @@ mod tests {
         ] {
             let a = read(&junk);
             assert!(!a.admitted && a.pod_sets.is_empty());
-            assert_eq!(owner_uid(&junk), None);
         }
     }
 

@@ -1,5 +1,5 @@
 //! The Workload watch: keeps [`Admissions`] and sends each job whose Workload changed to its
-//! kind's controller (SPEC §12). Nothing of a Workload is kept but what [`read`] takes.
+//! kind's controller (SPEC §12). Nothing of a Workload is kept but what [`super::read`] takes.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,7 +12,7 @@ use kube::{Api, Client};
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
-use super::{Admission, Admissions, JobWorkloads, owner_uid, read, workload_resource};
+use super::{Admission, Admissions, JobWorkloads, read_named, workload_resource};
 use crate::liveness::Probe;
 use crate::metrics::Metrics;
 use crate::trigger::{Trigger, owner_trigger};
@@ -21,11 +21,20 @@ use crate::watch::{WatchBackoff, observe};
 /// The liveness name of the Workload watch.
 pub const RESOURCE: &str = "workloads.kueue.x-k8s.io/v1beta2";
 
-/// A Workload as the index and the trigger need it.
+/// A Workload as the index and the trigger need it: read in place, never serialized again.
 fn entry(w: &DynamicObject) -> Option<(String, Admission, Option<Trigger>)> {
-    let value = serde_json::to_value(w).ok()?;
-    let uid = owner_uid(&value)?.to_string();
-    Some((uid, read(&value), owner_trigger(w)))
+    let owner = w
+        .metadata
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|o| o.controller == Some(true))?;
+    let name = w.metadata.name.as_deref().unwrap_or_default();
+    Some((
+        owner.uid.clone(),
+        read_named(name, &w.data),
+        owner_trigger(w),
+    ))
 }
 
 /// Watches Workloads until aborted.
