@@ -368,13 +368,16 @@ mod tests {
     }
 
     #[test]
-    fn reasons_are_unique_and_only_dry_run_and_recovery_ones_are_normal() {
+    fn reasons_are_unique_and_only_dry_run_recovery_and_topology_notes_are_normal() {
         let names: std::collections::BTreeSet<&str> =
             Reason::ALL.iter().map(Reason::as_str).collect();
         assert_eq!(names.len(), Reason::ALL.len());
         for r in Reason::ALL {
             let normal = r.as_str().starts_with("Would")
-                || matches!(r, Reason::GangRecovered | Reason::GangFeasible);
+                || matches!(
+                    r,
+                    Reason::GangRecovered | Reason::GangFeasible | Reason::TopologyNotEnforced
+                );
             assert_eq!(r.type_() == EventType::Normal, normal, "{r:?}");
         }
     }

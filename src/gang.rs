@@ -8,6 +8,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 
 use crate::quantity::Quantity;
 use crate::resources::{AdmissionDefaults, ResourceMap, add_into, effective_pod_request, scale};
+use crate::topology::Topology;
 pub use crate::workload::MinMemberRule;
 use crate::workload::{InvalidJob, Job, PodSet};
 
@@ -116,6 +117,8 @@ pub struct Gang {
     pub min_resources: MinResources,
     /// Things worth a Warning Event that do not stop the PodGroup.
     pub warnings: Vec<String>,
+    /// What the job asks of the placement of its pods (SPEC §13).
+    pub topology: Topology,
 }
 
 impl Gang {
@@ -191,6 +194,7 @@ pub fn compute(
         members,
         min_resources,
         warnings,
+        topology: crate::topology::read(job)?,
     })
 }
 

@@ -401,6 +401,11 @@ fn plan_active(input: &Input, mode: Mode, job: &Job, t: Target) -> Plan {
         plan.events
             .push((Reason::GangSpecWarning, warnings.join("; ")));
     }
+    let gaps = backend.topology_gaps(job, gang, opts);
+    if !gaps.is_empty() {
+        plan.events
+            .push((Reason::TopologyNotEnforced, gaps.join("; ")));
+    }
     // Beside Kueue (SPEC §12): quota coherence and timeouts; a Volcano gang's minResources
     // capped at what Kueue admitted.
     let kueue = kueue_review(input, job, gang, backend_kind, grouped);
@@ -786,6 +791,9 @@ mod tests {
     use crate::enablement::Enablement;
 
     const UID: &str = "job-uid-1";
+
+    /// SPEC §13 rows: what each backend's PodGroup gets of a topology request.
+    mod topology;
 
     /// PodGroups as the caches would hold them.
     #[derive(Default)]
@@ -1672,13 +1680,15 @@ mod tests {
         assert!(p.write().is_none(), "nothing changed: {:?}", p.write());
         assert_eq!(reasons(&p), vec![Reason::MissingPodGroupLink]);
         assert_eq!(p.phase().cloned().unwrap().phase, Phase::Pending);
-        // Scaled: minCount follows, the immutable class stays as stored.
+        // Scaled: minCount follows, the immutable class and disruption mode stay as stored (sent
+        // back as they are, so that an apply never drops an immutable field it set before).
         let p = managed(&native_job(3).0, &cached);
         let w = p.write().cloned().expect("an update");
         assert_eq!(w.op, Op::Update);
         assert_eq!(
             w.body["spec"],
-            json!({"schedulingPolicy": {"gang": {"minCount": 3}}, "priorityClassName": "cluster-default"})
+            json!({"schedulingPolicy": {"gang": {"minCount": 3}}, "priorityClassName": "cluster-default",
+                "disruptionMode": {"single": {}}})
         );
         // --resize never: minCount stays too.
         let never = Settings {

@@ -55,6 +55,8 @@ pub enum Reason {
     KueueQuotaDiffers,
     /// scheduleTimeoutSeconds outlasts Kueue's waitForPodsReady timeout (SPEC §12).
     GangTimeoutAboveKueue,
+    /// The backend does not enforce (part of) the job's topology request (SPEC §13).
+    TopologyNotEnforced,
     /// Dry-run: the PodGroup that would be created.
     WouldCreatePodGroup,
     /// Dry-run: the PodGroup change that would be applied.
@@ -64,7 +66,7 @@ pub enum Reason {
 }
 
 impl Reason {
-    pub const ALL: [Reason; 21] = [
+    pub const ALL: [Reason; 22] = [
         Reason::InvalidSpec,
         Reason::InvalidBackend,
         Reason::BackendUnavailable,
@@ -83,6 +85,7 @@ impl Reason {
         Reason::StalePodGroup,
         Reason::KueueQuotaDiffers,
         Reason::GangTimeoutAboveKueue,
+        Reason::TopologyNotEnforced,
         Reason::WouldCreatePodGroup,
         Reason::WouldUpdatePodGroup,
         Reason::WouldDeletePodGroup,
@@ -108,6 +111,7 @@ impl Reason {
             Reason::StalePodGroup => "StalePodGroup",
             Reason::KueueQuotaDiffers => "KueueQuotaDiffers",
             Reason::GangTimeoutAboveKueue => "GangTimeoutAboveKueue",
+            Reason::TopologyNotEnforced => "TopologyNotEnforced",
             Reason::WouldCreatePodGroup => "WouldCreatePodGroup",
             Reason::WouldUpdatePodGroup => "WouldUpdatePodGroup",
             Reason::WouldDeletePodGroup => "WouldDeletePodGroup",
@@ -120,7 +124,8 @@ impl Reason {
             | Reason::WouldUpdatePodGroup
             | Reason::WouldDeletePodGroup
             | Reason::GangRecovered
-            | Reason::GangFeasible => EventType::Normal,
+            | Reason::GangFeasible
+            | Reason::TopologyNotEnforced => EventType::Normal,
             _ => EventType::Warning,
         }
     }

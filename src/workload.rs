@@ -61,6 +61,9 @@ pub enum InvalidJob {
     /// with the gang annotation) without the request, or a shape that cannot be one.
     #[error("{0}")]
     NotAGang(String),
+    /// A malformed topology request (SPEC §13).
+    #[error("topology: {0}")]
+    InvalidTopology(String),
 }
 
 impl InvalidJob {
@@ -86,6 +89,7 @@ impl InvalidJob {
             InvalidJob::InvalidSchedulingPolicy(_) => "InvalidSchedulingPolicy",
             InvalidJob::RefusedByApiServer(_) => "RefusedByApiServer",
             InvalidJob::NotAGang(_) => "NotAGang",
+            InvalidJob::InvalidTopology(_) => "InvalidTopology",
         }
     }
 }
@@ -370,6 +374,12 @@ pub trait KindRules: Send + Sync {
     /// cache keeps only these).
     fn status_fields(&self) -> &'static [&'static str] {
         &["conditions"]
+    }
+
+    /// The pod label holding a pod's index within its pod set, by which the slices of SPEC §13
+    /// are cut; `None` for a kind whose pods carry none.
+    fn pod_index_label(&self) -> Option<&'static str> {
+        None
     }
 
     /// How many gangs the object has now, for a kind whose object is several gangs of the same

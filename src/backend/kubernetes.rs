@@ -14,6 +14,7 @@ use serde_json::{Map, Value, json};
 use super::{BackendKind, BackendOptions, LinkKey, Phase, PodGroupBackend, is_dns_subdomain};
 use crate::gang::Gang;
 use crate::job::{InvalidJob, Job};
+use crate::topology::Mode;
 
 /// The condition kube-scheduler sets on a PodGroup once it has placed (or failed to place) the
 /// whole gang.
@@ -86,7 +87,45 @@ impl PodGroupBackend for Kubernetes {
         if let Some(pc) = priority_class(job, gang) {
             spec.insert("priorityClassName".into(), json!(pc));
         }
+        // SPEC §13: the one domain the whole gang must share; set at creation only.
+        if let Some(d) = gang.topology.common_domain()
+            && d.mode == Mode::Required
+        {
+            spec.insert(
+                "schedulingConstraints".into(),
+                json!({"topology": [{"key": d.key}]}),
+            );
+        }
+        if gang.topology.disruption_all {
+            spec.insert("disruptionMode".into(), json!({"all": {}}));
+        }
         Value::Object(spec)
+    }
+
+    fn topology_gaps(&self, _job: &Job, gang: &Gang, _opts: &BackendOptions) -> Vec<String> {
+        let t = &gang.topology;
+        let mut gaps = Vec::new();
+        match t.common_domain() {
+            Some(d) if d.mode == Mode::Preferred => gaps.push(format!(
+                "the {d}: the native PodGroup's topology is required only, so a preference is \
+                 not expressed"
+            )),
+            Some(_) => {}
+            None if t.sets.iter().any(|s| s.domain.is_some()) => gaps.push(format!(
+                "the pod sets ask for different domains ({}): the native PodGroup has one \
+                 topology for the whole gang, so none is expressed",
+                t.describe()
+            )),
+            None => {}
+        }
+        for (s, slices) in t.sliced() {
+            gaps.push(format!(
+                "{}: slices of {} in domains of {}: the native PodGroup cannot express slices \
+                 (one PodGroup per slice under a CompositePodGroup would, an alpha API)",
+                s.pod_set, slices.size, slices.key
+            ));
+        }
+        gaps
     }
 
     fn not_served(&self) -> String {
@@ -97,7 +136,11 @@ impl PodGroupBackend for Kubernetes {
     }
 
     fn immutable_fields(&self) -> &'static [&'static str] {
-        &["priorityClassName"]
+        &[
+            "priorityClassName",
+            "schedulingConstraints",
+            "disruptionMode",
+        ]
     }
 
     fn absent_fields(&self) -> &'static [&'static str] {

@@ -19,6 +19,8 @@ pub use kubernetes::{Kubernetes, LINKED_ANNOTATION};
 pub use scheduler_plugins::SchedulerPlugins;
 pub use volcano::Volcano;
 
+pub use crate::names::{is_dns_subdomain, shorten, valid_label_value};
+
 /// The label every PodGroup podgroup-sync writes carries.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY_VALUE: &str = "podgroup-sync";
@@ -35,18 +37,6 @@ pub fn made_by(labels: Option<&BTreeMap<String, String>>, instance: &str) -> boo
     };
     labels.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY_VALUE)
         && labels.get(INSTANCE_LABEL).map_or("", String::as_str) == instance
-}
-
-/// Whether `v` can be a label value (empty, or up to 63 alphanumerics, `-`, `_`, `.`, starting
-/// and ending with an alphanumeric).
-pub fn valid_label_value(v: &str) -> bool {
-    let ends = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
-    v.is_empty()
-        || (v.len() <= 63
-            && ends(v.chars().next())
-            && ends(v.chars().last())
-            && v.chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)))
 }
 
 /// The labels installation `instance` gives its PodGroups.
@@ -127,6 +117,9 @@ pub struct BackendOptions {
     /// The installation this is (`--instance`; empty: the default one): part of what makes a
     /// PodGroup its own ([`made_by`]).
     pub instance: String,
+    /// The pod-link webhook labels each pod with its pod set and slice (SPEC §13): only then
+    /// can a Volcano `subGroupPolicy` select them.
+    pub pods_labelled: bool,
 }
 
 impl Default for BackendOptions {
@@ -140,6 +133,7 @@ impl Default for BackendOptions {
             default_schedule_timeout_seconds: None,
             link_coscheduling_scheduler_name: Some("scheduler-plugins-scheduler".into()),
             instance: String::new(),
+            pods_labelled: false,
         }
     }
 }
@@ -252,6 +246,19 @@ pub trait PodGroupBackend: Sync {
     /// PodGroup keeps its values (and the job is told when it asks for others).
     fn immutable_fields(&self) -> &'static [&'static str] {
         &[]
+    }
+
+    /// What of the job's topology request (SPEC §13) this backend's PodGroup does not express,
+    /// one message per part; the planner says so in one Normal Event. The default: nothing is.
+    fn topology_gaps(&self, _job: &Job, gang: &Gang, _opts: &BackendOptions) -> Vec<String> {
+        if gang.topology.is_empty() && !gang.topology.disruption_all {
+            return Vec::new();
+        }
+        vec![format!(
+            "the {} PodGroup has no topology field: {} is not enforced",
+            self.kind(),
+            gang.topology.describe()
+        )]
     }
 
     /// Fields of the other backends this API has no place for (`explain` says so).
@@ -511,28 +518,6 @@ pub fn immutable_changes(
             })
         })
         .collect()
-}
-
-/// At most `max` characters of `s`, with "…" when cut (for messages that quote user input).
-pub fn shorten(s: &str, max: usize) -> String {
-    match s.char_indices().nth(max) {
-        Some((i, _)) => format!("{}…", &s[..i]),
-        None => s.to_string(),
-    }
-}
-
-/// A DNS-1123 subdomain: the name of most Kubernetes objects.
-pub fn is_dns_subdomain(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 253
-        && s.split('.').all(|part| {
-            !part.is_empty()
-                && part
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !part.starts_with('-')
-                && !part.ends_with('-')
-        })
 }
 
 /// Templates whose pods would not join PodGroup `name` through this backend, with what to add.

@@ -11,6 +11,8 @@ use super::{
 };
 use crate::gang::Gang;
 use crate::job::{InvalidJob, Job};
+use crate::names::valid_label_value;
+use crate::topology::{Mode, POD_SET_LABEL, SLICE_LABEL, SetRequest};
 
 /// The pod annotation the Volcano scheduler reads to find a pod's PodGroup.
 pub const GROUP_NAME_ANNOTATION: &str = "scheduling.k8s.io/group-name";
@@ -60,7 +62,7 @@ impl PodGroupBackend for Volcano {
         job: &Job,
         gang: &Gang,
         existing: Option<&Value>,
-        _opts: &BackendOptions,
+        opts: &BackendOptions,
     ) -> Value {
         let policy = job.scheduling_policy();
         let mut spec = Map::new();
@@ -103,7 +105,56 @@ impl PodGroupBackend for Volcano {
                 spec.insert("minTaskMember".into(), json!(tasks));
             }
         }
+        topology(job, gang, opts, &mut spec);
         Value::Object(spec)
+    }
+
+    fn topology_gaps(&self, job: &Job, gang: &Gang, opts: &BackendOptions) -> Vec<String> {
+        let t = &gang.topology;
+        let mut gaps = Vec::new();
+        if t.disruption_all {
+            gaps.push(
+                "disruption-mode All: a Volcano PodGroup has no disruption mode (Volcano's \
+                 gang plugin already evicts no pod of a running gang below minMember)"
+                    .to_string(),
+            );
+        }
+        let common = t.common_domain();
+        for s in &t.sets {
+            let own_domain = s.domain.as_ref().filter(|_| common.is_none());
+            if (s.slices.is_some() || own_domain.is_some()) && !valid_label_value(&s.pod_set) {
+                gaps.push(format!(
+                    "{}: the pod set's name is no label value, so its pods cannot be told apart \
+                     for a subGroupPolicy; its topology is not enforced",
+                    s.pod_set
+                ));
+                continue;
+            }
+            if !opts.pods_labelled && (s.slices.is_some() || own_domain.is_some()) {
+                gaps.push(format!(
+                    "{}: its slices or a domain of its own need the pod-link webhook \
+                     (--webhook), which labels each pod with its set and slice; not enforced",
+                    s.pod_set
+                ));
+                continue;
+            }
+            if s.slices.is_some() && job.kind.rules.pod_index_label().is_none() {
+                gaps.push(format!(
+                    "{}: the pods of a {} carry no index to cut slices by; the slices are not \
+                     enforced",
+                    s.pod_set, job.kind.kind
+                ));
+            }
+            if let (Some(d), Some(_)) = (own_domain, &s.slices) {
+                gaps.push(format!(
+                    "{}: the {d} is not enforced: the set's subGroupPolicy entry holds its \
+                     slices' topology, and the PodGroup's networkTopology is the whole gang's, \
+                     which the other sets do not share",
+                    s.pod_set
+                ));
+            }
+        }
+        gaps
     }
 
     fn annotations(&self, job: &Job) -> BTreeMap<String, String> {
@@ -195,4 +246,79 @@ impl PodGroupBackend for Volcano {
                 })
         })
     }
+}
+
+/// The topology request of the gang (SPEC §13) in Volcano's terms: the domain every pod set
+/// shares as the PodGroup's `networkTopology`; a set's slices, or a domain of its own, as a
+/// `subGroupPolicy` entry selecting the set's pods by the labels the pod-link webhook gives them.
+/// A tier is named by its node label (`highestTierName`): Volcano's label discovery names each
+/// HyperNode tier after the node label it was built from.
+fn topology(job: &Job, gang: &Gang, opts: &BackendOptions, spec: &mut Map<String, Value>) {
+    let t = &gang.topology;
+    if t.is_empty() {
+        return;
+    }
+    let common = t.common_domain();
+    if let Some(d) = common {
+        spec.insert("networkTopology".into(), network_topology(d.mode, &d.key));
+    }
+    if !opts.pods_labelled {
+        // An entry whose selector no pod matches would hold the gang for ever.
+        return;
+    }
+    let mut policies = Vec::new();
+    for s in t.sets.iter().filter(|s| valid_label_value(&s.pod_set)) {
+        let counted = gang
+            .members
+            .iter()
+            .find(|m| m.name == s.pod_set)
+            .map_or(0, |m| m.counted);
+        match (&s.slices, &s.domain) {
+            (Some(slices), _) if job.kind.rules.pod_index_label().is_some() => {
+                // Every slice the gang counts: the gang still means all of them.
+                policies.push(policy(
+                    s,
+                    slices.size,
+                    counted.div_ceil(slices.size),
+                    SLICE_LABEL,
+                    network_topology(Mode::Required, &slices.key),
+                ));
+            }
+            (None, Some(d)) if common.is_none() => {
+                // The whole set is one sub-group.
+                policies.push(policy(
+                    s,
+                    s.pods,
+                    u64::from(counted > 0),
+                    POD_SET_LABEL,
+                    network_topology(d.mode, &d.key),
+                ));
+            }
+            _ => {}
+        }
+    }
+    if !policies.is_empty() {
+        spec.insert("subGroupPolicy".into(), Value::Array(policies));
+    }
+}
+
+fn network_topology(mode: Mode, key: &str) -> Value {
+    let mode = match mode {
+        Mode::Required => "hard",
+        Mode::Preferred => "soft",
+    };
+    json!({"mode": mode, "highestTierName": key})
+}
+
+/// One `subGroupPolicy` entry: the set's pods (by the webhook's pod-set label), grouped by the
+/// values of `group_by`, `size` pods per group, at least `min` groups.
+fn policy(s: &SetRequest, size: u64, min: u64, group_by: &str, topology: Value) -> Value {
+    json!({
+        "name": s.pod_set.to_ascii_lowercase(),
+        "subGroupSize": size,
+        "minSubGroups": min,
+        "labelSelector": {"matchLabels": {POD_SET_LABEL: s.pod_set}},
+        "matchLabelKeys": [group_by],
+        "networkTopology": topology,
+    })
 }

@@ -83,6 +83,7 @@ impl BackendArgs {
             link_coscheduling_scheduler_name: Some(self.link_coscheduling_scheduler_name.clone())
                 .filter(|s| !s.is_empty()),
             instance: self.instance.clone(),
+            pods_labelled: false,
         }
     }
 }
@@ -371,7 +372,10 @@ pub fn settings(args: &RunArgs) -> Settings {
             default_mode: args.default_mode,
             default_backend: args.default_backend,
         },
-        backend_options: args.backend.options(),
+        backend_options: BackendOptions {
+            pods_labelled: args.webhook.serve,
+            ..args.backend.options()
+        },
         resize: args.resize,
         keep_finished: args.keep_finished,
         batch_jobs: args.batch_jobs,

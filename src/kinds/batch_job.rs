@@ -30,6 +30,9 @@ pub const BATCH_JOB: JobKind = JobKind {
 /// The annotation that makes an Indexed Job a gang.
 pub const GANG_ANNOTATION: &str = "podgroup-sync.io/gang";
 
+/// The pod label holding an Indexed Job's pod's completion index.
+pub const COMPLETION_INDEX_LABEL: &str = "batch.kubernetes.io/job-completion-index";
+
 /// The name of the one pod set.
 const PODS: &str = "pods";
 
@@ -79,6 +82,11 @@ impl KindRules for BatchJobRules {
         spec: &'a mut Value,
     ) -> Vec<&'a mut serde_json::Map<String, Value>> {
         object_at(spec, &["template"]).into_iter().collect()
+    }
+
+    /// The Job controller labels each pod of an Indexed Job with its completion index.
+    fn pod_index_label(&self) -> Option<&'static str> {
+        Some(COMPLETION_INDEX_LABEL)
     }
 
     fn requested(&self, annotations: &BTreeMap<String, String>) -> bool {

@@ -16,6 +16,10 @@ use crate::workload::{
 
 /// The label the Kubeflow operators put on every pod they create, naming its job.
 pub const JOB_NAME_LABEL: &str = "training.kubeflow.org/job-name";
+/// The pod label holding the pod's index within its replica type (every Kubeflow operator).
+pub const REPLICA_INDEX_LABEL: &str = "training.kubeflow.org/replica-index";
+/// The pod label holding the pod's replica type, lowercase (every Kubeflow operator).
+pub const REPLICA_TYPE_LABEL: &str = "training.kubeflow.org/replica-type";
 
 /// The `runPolicy.managedBy` value of training-operator, which serves every v1 kind.
 pub const TRAINING_OPERATOR: &str = "kubeflow.org/training-operator";
@@ -59,6 +63,11 @@ struct RunPolicy {
 }
 
 impl KindRules for Kubeflow {
+    /// Every Kubeflow operator labels a pod with its replica's index.
+    fn pod_index_label(&self) -> Option<&'static str> {
+        Some(REPLICA_INDEX_LABEL)
+    }
+
     fn read(
         &self,
         kind: &'static JobKind,

@@ -10,6 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::DynamicObject;
 use serde_json::{Value, json};
 
+use super::placement;
 use crate::backend::{self, BackendKind, BackendOptions, LinkKey, PodGroupBackend};
 use crate::enablement::{Enablement, Mode};
 use crate::gang::Priorities;
@@ -28,7 +29,7 @@ use crate::target::{PodGroups, ours};
 pub use crate::job::JOB_NAME_LABEL;
 pub const OPERATOR_NAME_LABEL: &str = "training.kubeflow.org/operator-name";
 pub const JOB_ROLE_LABEL: &str = "training.kubeflow.org/job-role";
-pub const REPLICA_TYPE_LABEL: &str = "training.kubeflow.org/replica-type";
+pub use crate::kinds::kubeflow::REPLICA_TYPE_LABEL;
 /// mpi-operator's `operator-name` label value and the suffix of its launcher's batch/v1 Job.
 const MPI_OPERATOR: &str = "mpi-operator";
 const LAUNCHER_JOB_SUFFIX: &str = "-launcher";
@@ -337,9 +338,9 @@ pub fn decide(pod: &PodView, owner: &Owner, job: &DynamicObject, ctx: &Context) 
         keep_finished: settings.keep_finished,
     };
     // The planner's own decision: the pod is linked only to the PodGroup the planner writes.
-    let (backend_kind, name) = match target(&job, &around) {
+    let (backend_kind, name, gang) = match target(&job, &around) {
         Ok(t) => match t.name_for(owner.group) {
-            Some(name) => (t.backend, name),
+            Some(name) => (t.backend, name, t.gang),
             None => return Decision::Skipped(Skip::UnknownGroup),
         },
         Err(why) => {
@@ -369,7 +370,16 @@ pub fn decide(pod: &PodView, owner: &Owner, job: &DynamicObject, ctx: &Context) 
     {
         return Decision::Skipped(Skip::Conflict);
     }
-    let additions = additions(backend, pod, &name, opts);
+    let mut additions = additions(backend, pod, &name, opts);
+    // SPEC §13: the pod's set and slice, for a Volcano subGroupPolicy.
+    let placement = placement::labels(
+        backend_kind,
+        &job,
+        &gang,
+        owner.pod_set.as_deref(),
+        pod.labels,
+    );
+    additions.extend(placement.into_iter().map(|(k, v)| Addition::Label(k, v)));
     if additions.is_empty() {
         Decision::Unchanged {
             backend: backend_kind,

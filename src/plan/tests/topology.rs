@@ -1,0 +1,285 @@
+//! Planner rows of SPEC §13: a topology request → each backend's PodGroup, what it cannot
+//! express, and the native PodGroup's immutable fields.
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::topology::{DISRUPTION_MODE, POD_SET_LABEL, PREFERRED, REQUIRED, SLICE_LABEL};
+use crate::topology::{SLICE_REQUIRED, SLICE_SIZE};
+
+const RACK: &str = "topology.example.com/rack";
+const BLOCK: &str = "topology.example.com/block";
+
+/// The PyTorchJob `train` of `workers` workers on `backend`, with these job and Worker template
+/// annotations.
+fn topology_job(backend: &str, workers: u64, on_job: Value, on_worker: Value) -> Value {
+    let mut j = job(workers);
+    let mut annotations = json!({"podgroup-sync.io/backend": backend});
+    for (k, v) in on_job.as_object().unwrap() {
+        annotations[k] = v.clone();
+    }
+    j["metadata"]["annotations"] = annotations;
+    j["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"]["annotations"] = on_worker;
+    j
+}
+
+fn served_all() -> Cached {
+    Cached {
+        served: [
+            BackendKind::SchedulerPlugins,
+            BackendKind::Volcano,
+            BackendKind::Kubernetes,
+        ]
+        .into(),
+        ..Cached::default()
+    }
+}
+
+fn with_webhook() -> Settings {
+    let mut s = settings();
+    s.webhook = true;
+    s.backend_options.pods_labelled = true;
+    s
+}
+
+fn plan_of(job: &Value, pgs: &Cached, s: &Settings) -> Plan {
+    plan_with(job, Some(&annotations("true")), pgs, s)
+}
+
+fn note(p: &Plan) -> Option<&str> {
+    p.events
+        .iter()
+        .find(|(r, _)| *r == Reason::TopologyNotEnforced)
+        .map(|(_, m)| m.as_str())
+}
+
+fn slices_of_8() -> Value {
+    json!({SLICE_REQUIRED: RACK, SLICE_SIZE: "8"})
+}
+
+#[test]
+fn rule_13_volcano_slices_are_a_sub_group_policy_of_every_slice() {
+    let j = topology_job("volcano", 16, json!({}), slices_of_8());
+    let p = plan_of(&j, &served_all(), &with_webhook());
+    let w = p.write().expect("a create");
+    assert_eq!(w.body["spec"]["minMember"], 16);
+    assert_eq!(w.body["spec"].get("networkTopology"), None);
+    assert_eq!(
+        w.body["spec"]["subGroupPolicy"],
+        json!([{
+            "name": "worker",
+            "subGroupSize": 8,
+            "minSubGroups": 2,
+            "labelSelector": {"matchLabels": {POD_SET_LABEL: "Worker"}},
+            "matchLabelKeys": [SLICE_LABEL],
+            "networkTopology": {"mode": "hard", "highestTierName": RACK},
+        }])
+    );
+    assert_eq!(note(&p), None, "everything is enforced");
+    // The whole gang in one block besides: the PodGroup's own networkTopology.
+    let j = topology_job("volcano", 16, json!({REQUIRED: BLOCK}), slices_of_8());
+    let w = plan_of(&j, &served_all(), &with_webhook()).write().cloned();
+    let spec = &w.unwrap().body["spec"];
+    assert_eq!(
+        spec["networkTopology"],
+        json!({"mode": "hard", "highestTierName": BLOCK})
+    );
+    assert_eq!(spec["subGroupPolicy"][0]["minSubGroups"], 2);
+}
+
+#[test]
+fn rule_13_volcano_minimum_slices_follow_the_counted_pods() {
+    // minAvailable 12 of 16 in slices of 4: the gang counts 12 pods, i.e. 3 whole slices.
+    let mut j = topology_job(
+        "volcano",
+        16,
+        json!({}),
+        json!({SLICE_REQUIRED: RACK, SLICE_SIZE: "4"}),
+    );
+    j["spec"]["runPolicy"] = json!({"schedulingPolicy": {"minAvailable": 12}});
+    let w = plan_of(&j, &served_all(), &with_webhook()).write().cloned();
+    let spec = &w.unwrap().body["spec"];
+    assert_eq!(spec["minMember"], 12);
+    assert_eq!(spec["subGroupPolicy"][0]["minSubGroups"], 3);
+    // 10 of 16: 2.5 slices → 3 (a slice the gang needs part of is needed).
+    j["spec"]["runPolicy"] = json!({"schedulingPolicy": {"minAvailable": 10}});
+    let w = plan_of(&j, &served_all(), &with_webhook()).write().cloned();
+    assert_eq!(
+        w.unwrap().body["spec"]["subGroupPolicy"][0]["minSubGroups"],
+        3
+    );
+}
+
+#[test]
+fn rule_13_volcano_without_the_webhook_gets_no_selector_that_matches_no_pod() {
+    let j = topology_job("volcano", 16, json!({PREFERRED: BLOCK}), slices_of_8());
+    let p = plan_of(&j, &served_all(), &settings());
+    let spec = &p.write().expect("a create").body["spec"];
+    assert_eq!(spec.get("subGroupPolicy"), None);
+    assert_eq!(
+        spec["networkTopology"],
+        json!({"mode": "soft", "highestTierName": BLOCK}),
+        "the gang's own domain needs no pod label"
+    );
+    let n = note(&p).expect("a note");
+    assert!(
+        n.contains("pod-link webhook") && n.contains("Worker"),
+        "{n}"
+    );
+}
+
+#[test]
+fn rule_13_volcano_sets_that_disagree_get_a_sub_group_each() {
+    let mut j = topology_job("volcano", 4, json!({}), json!({REQUIRED: RACK}));
+    j["spec"]["pytorchReplicaSpecs"]["Master"] = super::worker(1);
+    let p = plan_of(&j, &served_all(), &with_webhook());
+    let spec = &p.write().expect("a create").body["spec"];
+    assert_eq!(
+        spec.get("networkTopology"),
+        None,
+        "the Master asks for none"
+    );
+    assert_eq!(
+        spec["subGroupPolicy"],
+        json!([{
+            "name": "worker",
+            "subGroupSize": 4,
+            "minSubGroups": 1,
+            "labelSelector": {"matchLabels": {POD_SET_LABEL: "Worker"}},
+            "matchLabelKeys": [POD_SET_LABEL],
+            "networkTopology": {"mode": "hard", "highestTierName": RACK},
+        }])
+    );
+    assert_eq!(note(&p), None);
+}
+
+#[test]
+fn rule_13_native_required_domain_and_disruption_mode_at_creation() {
+    let j = topology_job(
+        "kubernetes",
+        4,
+        json!({REQUIRED: RACK, DISRUPTION_MODE: "All"}),
+        json!({}),
+    );
+    let p = plan_of(&j, &served_all(), &with_webhook());
+    let w = p.write().expect("a create");
+    assert_eq!(
+        w.body["spec"],
+        json!({
+            "schedulingPolicy": {"gang": {"minCount": 4}},
+            "schedulingConstraints": {"topology": [{"key": RACK}]},
+            "disruptionMode": {"all": {}},
+        })
+    );
+    assert_eq!(note(&p), None);
+}
+
+#[test]
+fn rule_13_native_cannot_express_preferences_or_slices() {
+    let j = topology_job("kubernetes", 16, json!({PREFERRED: BLOCK}), slices_of_8());
+    let p = plan_of(&j, &served_all(), &with_webhook());
+    let spec = &p.write().expect("a create").body["spec"];
+    assert_eq!(spec.get("schedulingConstraints"), None);
+    let n = note(&p).expect("a note");
+    assert!(n.contains("preference is not expressed"), "{n}");
+    assert!(n.contains("cannot express slices"), "{n}");
+}
+
+#[test]
+fn rule_13_native_constraints_are_immutable_a_later_change_is_reported_never_sent() {
+    // Created without a topology; the server defaults the disruption mode.
+    let plain = topology_job("kubernetes", 4, json!({}), json!({}));
+    let w = plan_of(&plain, &served_all(), &with_webhook())
+        .write()
+        .cloned()
+        .unwrap();
+    let mut pg = stored(&w, json!({}));
+    pg["spec"]["disruptionMode"] = json!({"single": {}});
+    let cached = served_all().with(BackendKind::Kubernetes, pg);
+    assert!(
+        plan_of(&plain, &cached, &with_webhook()).write().is_none(),
+        "the server's default is no change"
+    );
+    // The job now asks for a rack and to be disrupted whole: nothing is sent, both are told.
+    let asks = topology_job(
+        "kubernetes",
+        4,
+        json!({REQUIRED: RACK, DISRUPTION_MODE: "All"}),
+        json!({}),
+    );
+    let p = plan_of(&asks, &cached, &with_webhook());
+    assert!(p.write().is_none(), "{:?}", p.write());
+    let warning = p
+        .events
+        .iter()
+        .find(|(r, _)| *r == Reason::GangSpecWarning)
+        .map(|(_, m)| m.clone())
+        .expect("a warning");
+    assert!(
+        warning.contains("schedulingConstraints cannot change")
+            && warning.contains("disruptionMode cannot change")
+            && warning.contains(RACK),
+        "{warning}"
+    );
+    // Scaled at the same time: only minCount is sent, the stored constraints stay.
+    let scaled = topology_job("kubernetes", 5, json!({REQUIRED: RACK}), json!({}));
+    let w = plan_of(&scaled, &cached, &with_webhook()).write().cloned();
+    let w = w.expect("an update");
+    assert_eq!(
+        w.body["spec"],
+        json!({"schedulingPolicy": {"gang": {"minCount": 5}}, "disruptionMode": {"single": {}}})
+    );
+    // Created with the rack: a replan with nothing changed writes nothing.
+    let w = plan_of(&asks, &served_all(), &with_webhook())
+        .write()
+        .cloned()
+        .unwrap();
+    let cached = served_all().with(BackendKind::Kubernetes, stored(&w, json!({})));
+    let p = plan_of(&asks, &cached, &with_webhook());
+    assert!(p.write().is_none(), "{:?}", p.write());
+    assert!(!reasons(&p).contains(&Reason::GangSpecWarning));
+}
+
+#[test]
+fn rule_13_scheduler_plugins_says_once_that_nothing_is_enforced() {
+    let j = topology_job(
+        "scheduler-plugins",
+        16,
+        json!({REQUIRED: BLOCK}),
+        slices_of_8(),
+    );
+    let p = plan_of(&j, &served_all(), &with_webhook());
+    let spec = &p.write().expect("a create").body["spec"];
+    assert_eq!(spec["minMember"], 16);
+    let n = note(&p).expect("a note");
+    assert!(
+        n.contains("no topology field") && n.contains(BLOCK) && n.contains("2 slices of 8"),
+        "{n}"
+    );
+    let events = reasons(&p);
+    assert_eq!(
+        events
+            .iter()
+            .filter(|r| **r == Reason::TopologyNotEnforced)
+            .count(),
+        1
+    );
+    // A job without a request hears nothing.
+    let plain = topology_job("scheduler-plugins", 16, json!({}), json!({}));
+    assert_eq!(note(&plan_of(&plain, &served_all(), &with_webhook())), None);
+}
+
+#[test]
+fn rule_13_a_malformed_request_is_an_invalid_job_with_no_pod_group() {
+    let j = topology_job(
+        "volcano",
+        16,
+        json!({}),
+        json!({SLICE_REQUIRED: RACK, SLICE_SIZE: "5"}),
+    );
+    let p = plan_of(&j, &served_all(), &with_webhook());
+    assert!(p.write().is_none());
+    let (r, m) = &p.events[0];
+    assert_eq!(*r, Reason::InvalidSpec);
+    assert!(m.contains("does not divide"), "{m}");
+}
