@@ -80,8 +80,29 @@ pub async fn surroundings(client: &Client, namespace: &str) -> Result<Surroundin
             .collect()
     })
     .unwrap_or_default();
+    // Volcano's HyperNodes, when Volcano is installed (and they may be listed).
+    let hyper_nodes = Api::<kube::api::DynamicObject>::all_with(
+        client.clone(),
+        &kube::api::ApiResource {
+            group: "topology.volcano.sh".into(),
+            version: "v1alpha1".into(),
+            api_version: "topology.volcano.sh/v1alpha1".into(),
+            kind: "HyperNode".into(),
+            plural: "hypernodes".into(),
+        },
+    )
+    .list(&lp)
+    .await
+    .ok()
+    .map(|l| {
+        l.items
+            .into_iter()
+            .filter_map(|h| serde_json::to_value(h).ok())
+            .collect()
+    });
     Ok(Surroundings {
         workloads,
+        hyper_nodes,
         priority_classes,
         limit_ranges,
         runtime_classes,

@@ -19,6 +19,7 @@ pub mod cluster;
 pub mod compare;
 pub mod kueue;
 pub mod surroundings;
+pub mod topology;
 
 pub use surroundings::Surroundings;
 
@@ -84,6 +85,7 @@ fn describe_webhook(
     out: &mut String,
     b: &dyn backend::PodGroupBackend,
     job: &job::Job,
+    gang: &gang::Gang,
     name: &str,
     opts: &BackendOptions,
 ) {
@@ -113,10 +115,11 @@ fn describe_webhook(
             "nothing (outside the gang: its pods are created only once earlier ones are ready, or it runs none)"
                 .to_string()
         } else {
-            let added: Vec<String> = link::additions(b, &view, name, opts)
+            let mut added: Vec<String> = link::additions(b, &view, name, opts)
                 .iter()
                 .map(ToString::to_string)
                 .collect();
+            added.extend(placement(b.kind(), job, gang, &r.name));
             if added.is_empty() {
                 "nothing (linked by the template)".to_string()
             } else {
@@ -125,6 +128,30 @@ fn describe_webhook(
         };
         let _ = writeln!(out, "#   {}: {what}", r.name);
     }
+}
+
+/// The placement labels the webhook gives a pod of set `set` (SPEC §13), its slice shown as a
+/// formula of the pod's index.
+fn placement(backend: BackendKind, job: &job::Job, gang: &gang::Gang, set: &str) -> Vec<String> {
+    // A pod of the set at index 0 tells which labels it gets.
+    let mut labels = std::collections::BTreeMap::new();
+    if let Some(key) = job.kind.rules.pod_index_label() {
+        labels.insert(key.to_string(), "0".to_string());
+    }
+    let slices = gang.topology.set(set).and_then(|s| s.slices.as_ref());
+    crate::webhook::placement::labels(backend, job, gang, Some(set), Some(&labels))
+        .into_iter()
+        .map(|(k, v)| match slices {
+            Some(sl) if k == crate::topology::SLICE_LABEL => {
+                format!(
+                    "label {k}: <pod index> / {} (0 to {})",
+                    sl.size,
+                    sl.count - 1
+                )
+            }
+            _ => format!("label {k}: {v}"),
+        })
+        .collect()
 }
 
 /// Whether the gang can be placed on the nodes explain was given (SPEC §10), when it was given
@@ -230,6 +257,11 @@ pub fn explain_job(
             .map_err(|e| ExplainError::Backend(e.to_string()))?,
     };
     let b = backend_kind.backend();
+    // explain shows the pods as the pod-link webhook labels them (SPEC §13).
+    let opts = &BackendOptions {
+        pods_labelled: true,
+        ..opts.clone()
+    };
     // Offline, a PriorityClass that was not given may still exist.
     let exists = |c: &str| !around.from_cluster || priorities.contains(c);
     let (name, name_warnings) = backend::name_and_checks(b, &job, &exists)?;
@@ -267,7 +299,8 @@ pub fn explain_job(
     } else {
         name.clone()
     };
-    describe_webhook(&mut out, b, &job, &shown, opts);
+    topology::describe(&mut out, &job, &gang, backend_kind, around, opts);
+    describe_webhook(&mut out, b, &job, &gang, &shown, opts);
     for m in backend::missing_links(b, &job, &name, opts, false) {
         let _ = writeln!(
             out,

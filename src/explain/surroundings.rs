@@ -24,6 +24,8 @@ pub struct Surroundings {
     pub namespaces: Vec<Namespace>,
     /// Kueue Workloads (`kueue.x-k8s.io/v1beta2`, SPEC §12) of the job's namespace.
     pub workloads: Vec<Value>,
+    /// Volcano HyperNodes (`topology.volcano.sh/v1alpha1`, SPEC §13); `None`: not known.
+    pub hyper_nodes: Option<Vec<Value>>,
     /// Read from a cluster: what is absent does not exist. Otherwise only what the manifests
     /// give is known.
     pub from_cluster: bool,
@@ -140,6 +142,9 @@ fn add(v: Value, jobs: &mut Vec<Value>, s: &mut Surroundings) -> Result<(), Expl
         ("v1", "Node") => s.nodes.get_or_insert_with(Vec::new).push(typed(v)?),
         ("v1", "Namespace") => s.namespaces.push(typed(v)?),
         ("kueue.x-k8s.io/v1beta2", "Workload") => s.workloads.push(v),
+        ("topology.volcano.sh/v1alpha1", "HyperNode") => {
+            s.hyper_nodes.get_or_insert_with(Vec::new).push(v)
+        }
         _ if crate::kinds::lookup(api_version, kind).is_some() => jobs.push(v),
         _ => {
             return Err(ExplainError::UnknownKind(format!("{api_version} {kind}")));
