@@ -16,6 +16,8 @@ mod harness;
 #[path = "e2e/kueue.rs"]
 mod kueue;
 mod support;
+#[path = "e2e/topology.rs"]
+mod topology;
 
 use harness::{
     Link, Replicas, Scope, create_trainjob, exclusive, is_bound, jobset, names_of, raycluster,
@@ -92,6 +94,7 @@ for_each_backend!(
     p_kueue_admission_preemption_and_readmission_move_the_pod_group,
     q_kueue_partial_admission_and_a_gang_that_cannot_bind_before_eviction,
     r_a_jobset_and_a_rayjob_beside_kueue,
+    s_a_sliced_job_lands_each_slice_in_one_rack,
 );
 
 /// A gang of `pods` pods needing `gpus` GPUs, created on too few one-GPU nodes: its PodGroup says
@@ -886,5 +889,121 @@ async fn r_a_jobset_and_a_rayjob_beside_kueue(backend: Backend) {
         names_of(&running)
     );
     kueue::delete_cluster_queue(&s.client, &cq).await;
+    s.cleanup().await;
+}
+
+/// How many times the sliced job is placed (SPEC §13: "in 20 of 20 runs").
+const SLICED_RUNS: usize = 20;
+
+/// (s) SPEC §13. 4 racks of 4 two-GPU nodes (32 GPUs, room for 16 pods twice over). Volcano, with
+/// the racks' HyperNodes (tier 1, named after the rack label) and their zone's (tier 2): without
+/// a topology the 16 one-GPU workers of a PyTorchJob spread over the racks; with
+/// `podset-slice-required-topology: rack` and `podset-slice-size: 8` on the Worker template, each
+/// slice (replica index / 8) lands in one rack, in every one of 20 runs, its pods labelled with
+/// their slice by the webhook; a job of 12 requiring one rack (8 GPUs each) binds nothing and
+/// says why. scheduler-plugins: the same sliced job runs (the backend has no topology) and is
+/// told once, in a Normal Event, that its topology is not enforced.
+async fn s_a_sliced_job_lands_each_slice_in_one_rack(backend: Backend) {
+    use topology::{RACK, delete_and_drain, racks_per_slice};
+    let _turn = exclusive().await;
+    let mut s = Scope::new(&format!("e2e-s-{}", tag(backend)), true).await;
+    let ns = s.ns.clone();
+    let racks = topology::racks(&mut s, 4, 4, 2).await;
+    let sliced = json!({
+        "kueue.x-k8s.io/podset-slice-required-topology": RACK,
+        "kueue.x-k8s.io/podset-slice-size": "8",
+    });
+    let link = Link::Gang(backend);
+    if backend == Backend::SchedulerPlugins {
+        let job = format!("sl-{}", s.id);
+        let m = topology::pytorch(link, &job, s.pool(), 16, json!({}), sliced);
+        s.create(&ns, Kind::PyTorchJob, &m).await;
+        let note = s.wait_event(&ns, &job, "TopologyNotEnforced").await;
+        assert!(
+            note.contains("no topology field") && note.contains("2 slices of 8"),
+            "{note}"
+        );
+        s.wait_all_running(&ns, &job, 16).await;
+        let events = jobs::events(&s.client, &ns, &job, "TopologyNotEnforced").await;
+        assert_eq!(events.len(), 1, "one Event: {events:?}");
+        assert_eq!(events[0].type_.as_deref(), Some("Normal"));
+        eprintln!("[{ns}] scheduler-plugins: the sliced job runs, told: {note}");
+        s.cleanup().await;
+        return;
+    }
+    let hyper_nodes = topology::hyper_nodes(&s, &racks).await;
+
+    // Without a topology, the scheduler spreads the workers over the racks.
+    let job = format!("spread-{}", s.id);
+    let m = topology::pytorch(link, &job, s.pool(), 16, json!({}), json!({}));
+    s.create(&ns, Kind::PyTorchJob, &m).await;
+    let pods = s.wait_all_running(&ns, &job, 16).await;
+    let spread = racks_per_slice(&pods, &racks, 8);
+    eprintln!("[{ns}] without a topology, slices of 8 on racks {spread:?}");
+    assert!(
+        spread.values().any(|r| r.len() > 1),
+        "without a topology some slice spans racks, or the test proves nothing: {spread:?}"
+    );
+    delete_and_drain(&s, Kind::PyTorchJob, &job).await;
+
+    let mut times = Vec::new();
+    for run in 0..SLICED_RUNS {
+        let start = std::time::Instant::now();
+        let job = format!("sl-{}-{run}", s.id);
+        let m = topology::pytorch(link, &job, s.pool(), 16, json!({}), sliced.clone());
+        s.create(&ns, Kind::PyTorchJob, &m).await;
+        let pg = s
+            .wait_pg(&ns, backend, &job, "a subGroupPolicy", |pg| {
+                spec(pg)["subGroupPolicy"].is_array()
+            })
+            .await;
+        assert_eq!(spec(&pg)["subGroupPolicy"][0]["minSubGroups"], 2);
+        let pods = s.wait_all_running(&ns, &job, 16).await;
+        let placed = racks_per_slice(&pods, &racks, 8);
+        assert!(
+            placed.len() == 2 && placed.values().all(|r| r.len() == 1),
+            "run {run}: each slice of 8 in one rack: {placed:?} {:?}",
+            names_of(&pods)
+        );
+        for p in &pods {
+            let index: u64 = topology::label(p, "training.kubeflow.org/replica-index")
+                .and_then(|i| i.parse().ok())
+                .unwrap();
+            assert_eq!(
+                topology::label(p, "podgroup-sync.io/slice"),
+                Some((index / 8).to_string().as_str()),
+                "the webhook labels each pod with its slice"
+            );
+        }
+        let placed_in = start.elapsed();
+        let drained = delete_and_drain(&s, Kind::PyTorchJob, &job).await;
+        times.push((placed_in, drained));
+        eprintln!("[{ns}] run {run}: slices on racks {placed:?} in {placed_in:.1?}");
+    }
+    let mean = times.iter().map(|t| t.0).sum::<std::time::Duration>() / times.len() as u32;
+    eprintln!(
+        "[{ns}] {SLICED_RUNS} of {SLICED_RUNS} runs: each slice in one rack; created to all \
+         running in {mean:.1?} on average"
+    );
+
+    // 12 pods in one rack of 8 GPUs: nothing binds, the job says why.
+    let job = format!("rack-{}", s.id);
+    let one_rack = json!({"kueue.x-k8s.io/podset-required-topology": RACK});
+    let m = topology::pytorch(link, &job, s.pool(), 12, one_rack, json!({}));
+    s.create(&ns, Kind::PyTorchJob, &m).await;
+    let pg = s
+        .wait_pg(&ns, backend, &job, "a network topology", |pg| {
+            spec(pg)["networkTopology"].is_object()
+        })
+        .await;
+    assert_eq!(
+        spec(&pg)["networkTopology"],
+        json!({"mode": "hard", "highestTierName": RACK})
+    );
+    let note = s.wait_event(&ns, &job, waiting_reason(backend)).await;
+    topology::none_binds_for(&s, &job, 5).await;
+    eprintln!("[{ns}] 12 pods required in one rack of 8 GPUs: none binds; the job is told: {note}");
+    delete_and_drain(&s, Kind::PyTorchJob, &job).await;
+    topology::delete_hyper_nodes(&s, &hyper_nodes).await;
     s.cleanup().await;
 }

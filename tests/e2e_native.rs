@@ -12,6 +12,9 @@ mod harness;
 #[allow(dead_code)]
 mod kueue;
 mod support;
+#[path = "e2e/topology.rs"]
+#[allow(dead_code)]
+mod topology;
 
 use harness::{Link, Replicas, Scope, exclusive, is_bound, names_of, replicas, training_job};
 use kube::api::DynamicObject;
@@ -23,6 +26,8 @@ const B: Backend = Backend::Kubernetes;
 async fn scope(prefix: &str, enabled: bool) -> Scope {
     support::use_native_gang();
     support::use_workload_crds();
+    // SPEC §13: kube-scheduler's topology-aware workload scheduling (alpha in 1.37).
+    support::use_topology_gate();
     Scope::new(prefix, enabled).await
 }
 
@@ -306,4 +311,82 @@ async fn j_kueue_admission_preemption_and_readmission_move_the_pod_group() {
     let _turn = exclusive().await;
     let s = scope("e2e-nj", true).await;
     kueue::admission_preemption_readmission(s, B, min_count).await;
+}
+
+/// How many times the rack-bound job is placed (SPEC §13: "in 20 of 20 runs").
+const RACK_RUNS: usize = 20;
+
+/// (k) SPEC §13 on the native API, with kube-scheduler's topology-aware workload scheduling
+/// (TopologyAwareWorkloadScheduling on the API server and kube-scheduler). 4 racks of 4 two-GPU
+/// nodes: without a topology the 8 one-GPU workers of a PyTorchJob spread over the racks; with
+/// `podset-required-topology: rack` on the job its PodGroup carries
+/// `schedulingConstraints.topology` (and `disruptionMode: All`, asked by annotation) and all 8
+/// land in one rack, in every one of 20 runs; 12 workers required in one rack (8 GPUs each)
+/// bind nothing and the job says why.
+#[tokio::test]
+async fn k_a_rack_bound_gang_lands_in_one_rack() {
+    use topology::{RACK, delete_and_drain, racks_per_slice};
+    let _turn = exclusive().await;
+    let mut s = scope("e2e-native-k", true).await;
+    let ns = s.ns.clone();
+    let racks = topology::racks(&mut s, 4, 4, 2).await;
+    let link = Link::Gang(B);
+
+    let job = format!("spread-{}", s.id);
+    let m = topology::pytorch(link, &job, s.pool(), 8, json!({}), json!({}));
+    s.create(&ns, Kind::PyTorchJob, &m).await;
+    let pods = s.wait_all_running(&ns, &job, 8).await;
+    let spread = racks_per_slice(&pods, &racks, 8);
+    eprintln!("[{ns}] without a topology, the 8 workers on racks {spread:?}");
+    assert!(
+        spread[&0].len() > 1,
+        "without a topology the gang spans racks, or the test proves nothing: {spread:?}"
+    );
+    delete_and_drain(&s, Kind::PyTorchJob, &job).await;
+
+    let asks = json!({
+        "kueue.x-k8s.io/podset-required-topology": RACK,
+        "podgroup-sync.io/disruption-mode": "All",
+    });
+    let mut times = Vec::new();
+    for run in 0..RACK_RUNS {
+        let start = std::time::Instant::now();
+        let job = format!("rk-{}-{run}", s.id);
+        let m = topology::pytorch(link, &job, s.pool(), 8, asks.clone(), json!({}));
+        s.create(&ns, Kind::PyTorchJob, &m).await;
+        let pg = s
+            .wait_pg(&ns, B, &job, "schedulingConstraints", |pg| {
+                spec(pg)["schedulingConstraints"].is_object()
+            })
+            .await;
+        assert_eq!(
+            spec(&pg)["schedulingConstraints"],
+            json!({"topology": [{"key": RACK}]}),
+            "the API server keeps the constraint (the gate is on)"
+        );
+        assert_eq!(spec(&pg)["disruptionMode"], json!({"all": {}}));
+        let pods = s.wait_all_running(&ns, &job, 8).await;
+        let placed = racks_per_slice(&pods, &racks, 8);
+        assert!(
+            placed[&0].len() == 1,
+            "run {run}: the gang in one rack: {placed:?} {:?}",
+            names_of(&pods)
+        );
+        times.push(start.elapsed());
+        delete_and_drain(&s, Kind::PyTorchJob, &job).await;
+    }
+    let mean = times.iter().sum::<std::time::Duration>() / times.len() as u32;
+    eprintln!(
+        "[{ns}] {RACK_RUNS} of {RACK_RUNS} runs: the gang in one rack; created to all running in \
+         {mean:.1?} on average"
+    );
+
+    let job = format!("rack-{}", s.id);
+    let one_rack = json!({"kueue.x-k8s.io/podset-required-topology": RACK});
+    let m = topology::pytorch(link, &job, s.pool(), 12, one_rack, json!({}));
+    s.create(&ns, Kind::PyTorchJob, &m).await;
+    let note = s.wait_event(&ns, &job, "GangUnschedulable").await;
+    topology::none_binds_for(&s, &job, 5).await;
+    eprintln!("[{ns}] 12 pods required in one rack of 8 GPUs: none binds; the job is told: {note}");
+    s.cleanup().await;
 }

@@ -311,6 +311,44 @@ async fn rule_9_the_priority_class_is_set_at_creation_and_a_change_is_reported_n
     assert_eq!(spec(&resized)["priorityClassName"], json!(class));
 }
 
+/// SPEC §13 with the TopologyAwareWorkloadScheduling gate off (alpha and off by default in
+/// 1.37, as on this control plane): the API server drops `schedulingConstraints` from the
+/// PodGroup without a word; the job is told that the topology is not enforced and why, once,
+/// and nothing is sent again. `disruptionMode` (no gate) is kept.
+#[tokio::test]
+async fn rule_13_a_topology_the_api_server_drops_without_its_gate_is_reported_not_retried() {
+    let client = setup().await;
+    let ns = namespace(&client, &[ENABLED]).await;
+    let kind = Kind::PyTorchJob;
+    let mut manifest = jobs::job(kind, B, "rack", 1);
+    manifest["metadata"]["annotations"]["kueue.x-k8s.io/podset-required-topology"] =
+        json!("topology.kubernetes.io/rack");
+    manifest["metadata"]["annotations"]["podgroup-sync.io/disruption-mode"] = json!("All");
+    jobs::create(&client, &ns, kind, &manifest).await;
+    let pg = wait_pg(&client, &ns, B, "rack", "created", |_| true).await;
+    assert_eq!(
+        spec(&pg).get("schedulingConstraints"),
+        None,
+        "dropped by the server"
+    );
+    assert_eq!(spec(&pg)["disruptionMode"], json!({"all": {}}));
+    let ev = jobs::wait_event(&client, &ns, "rack", "GangSpecWarning").await;
+    let note = ev.note.unwrap_or_default();
+    assert!(
+        note.contains("schedulingConstraints cannot change")
+            && note.contains("TopologyAwareWorkloadScheduling"),
+        "{note}"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let now = jobs::get_pg(&client, &ns, B, "rack").await.unwrap();
+    assert_eq!(
+        now.metadata.resource_version,
+        pg.metadata.resource_version,
+        "the PodGroup was written again\n{}",
+        log()
+    );
+}
+
 #[tokio::test]
 async fn a_restart_with_nothing_changed_writes_nothing() {
     // A control plane of its own: the API server's write counters must see only this test.

@@ -143,6 +143,16 @@ impl PodGroupBackend for Kubernetes {
         ]
     }
 
+    /// The API server drops `schedulingConstraints` without a word while the
+    /// `TopologyAwareWorkloadScheduling` gate is off (alpha in 1.37, off by default).
+    fn immutable_hint(&self, field: &str, have: Option<&Value>) -> Option<&'static str> {
+        (field == "schedulingConstraints" && have.is_none()).then_some(
+            "or the API server dropped it at creation: it keeps schedulingConstraints only with \
+             the TopologyAwareWorkloadScheduling feature gate on, alpha and off by default in \
+             Kubernetes 1.37; the topology is not enforced",
+        )
+    }
+
     fn absent_fields(&self) -> &'static [&'static str] {
         &["minResources", "queue", "scheduleTimeoutSeconds"]
     }

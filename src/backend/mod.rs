@@ -261,6 +261,12 @@ pub trait PodGroupBackend: Sync {
         )]
     }
 
+    /// Why an immutable field may hold another value than the job asks for (`have`: the stored
+    /// one), beyond a change of the job after creation.
+    fn immutable_hint(&self, _field: &str, _have: Option<&Value>) -> Option<&'static str> {
+        None
+    }
+
     /// Fields of the other backends this API has no place for (`explain` says so).
     fn absent_fields(&self) -> &'static [&'static str] {
         &[]
@@ -509,9 +515,13 @@ pub fn immutable_changes(
             let want = wanted.get(*f)?;
             let have = existing.get(*f);
             (have != Some(want)).then(|| {
+                let hint = backend
+                    .immutable_hint(f, have)
+                    .map(|h| format!(" ({h})"))
+                    .unwrap_or_default();
                 format!(
                     "{f} cannot change on an existing {} PodGroup: it keeps {}, the job asks for \
-                     {want}; suspend and resume the job to recreate the PodGroup",
+                     {want}{hint}; suspend and resume the job to recreate the PodGroup",
                     backend.kind(),
                     have.map(Value::to_string).unwrap_or_else(|| "none".into()),
                 )

@@ -47,6 +47,14 @@ pub fn describe(
             fields.join("; ")
         };
         let _ = writeln!(out, "#   {kind}{mark}: {gets}");
+        if spec.get("schedulingConstraints").is_some() {
+            let _ = writeln!(
+                out,
+                "#     needs: the TopologyAwareWorkloadScheduling feature gate (alpha, off by \
+                 default in Kubernetes 1.37) on the API server, which otherwise drops the field, \
+                 and on kube-scheduler"
+            );
+        }
         for gap in b.topology_gaps(job, gang, opts) {
             let _ = writeln!(out, "#     not expressed: {gap}");
         }

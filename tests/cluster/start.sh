@@ -28,6 +28,9 @@
 #                       podgroup-protection controller (it lifts the finalizer the API server
 #                       puts on every native PodGroup); kube-scheduler is built beside the
 #                       other binaries for tests/e2e/start.sh (E2E_NATIVE=1), which starts it
+#   TOPOLOGY_GATE=1     with NATIVE_GANG=1, the TopologyAwareWorkloadScheduling gate is on too
+#                       (alpha in 1.37, off by default: without it the API server drops a native
+#                       PodGroup's schedulingConstraints)
 #   NODE_IP=ADDR        for the node tier (tests/node/), which runs inside a network namespace
 #                       of its own: kube-apiserver listens on every address of that namespace
 #                       and advertises ADDR (the `kubernetes` Service's endpoint, which kube-proxy
@@ -67,6 +70,7 @@ GATES=() APISERVER_EXTRA=() KCM_CONTROLLERS=garbage-collector-controller,namespa
 if [ "${NATIVE_GANG:-0}" = 1 ]; then
   export K8S_VERSION=${K8S_VERSION:-1.37.2} K8S_SCHEDULER=1
   GATES=(--feature-gates=GenericWorkload=true)
+  [ "${TOPOLOGY_GATE:-0}" = 1 ] && GATES=(--feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=true)
   APISERVER_EXTRA=(--runtime-config=scheduling.k8s.io/v1beta1=true)
   KCM_CONTROLLERS=$KCM_CONTROLLERS,podgroup-protection-controller
 fi

@@ -297,21 +297,30 @@ impl Scope {
     /// Like [`Scope::add_node`], for another pool of this scope (a label value such as
     /// `<namespace>-b`).
     pub async fn add_node_to(&mut self, pool: &str, gpus: u32) -> String {
+        self.add_labelled_node(pool, gpus, json!({})).await
+    }
+
+    /// Like [`Scope::add_node_to`], the node carrying these labels besides (a rack's).
+    pub async fn add_labelled_node(&mut self, pool: &str, gpus: u32, extra: Value) -> String {
         let name = format!("{pool}-n{}", self.nodes.len() + 1);
         let resources = json!({"cpu": "4", "memory": "16Gi", "pods": "110", GPU: gpus.to_string()});
+        let mut labels = json!({
+            POOL_LABEL: pool,
+            "type": "kwok",
+            "kubernetes.io/hostname": name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+        });
+        for (k, v) in extra.as_object().into_iter().flatten() {
+            labels[k] = v.clone();
+        }
         let node: Node = serde_json::from_value(json!({
             "apiVersion": "v1",
             "kind": "Node",
             "metadata": {
                 "name": name,
                 "annotations": {"kwok.x-k8s.io/node": "fake"},
-                "labels": {
-                    POOL_LABEL: pool,
-                    "type": "kwok",
-                    "kubernetes.io/hostname": name,
-                    "kubernetes.io/os": "linux",
-                    "kubernetes.io/arch": "amd64",
-                },
+                "labels": labels,
             },
             "status": {"capacity": resources, "allocatable": resources},
         }))

@@ -8,6 +8,7 @@
 #   volcano controller-manager    only queue-controller (opens Queues) and pg-controller (PodGroups
 #                                 for pods that carry no group-name, as in any Volcano install)
 #   volcano scheduler             --scheduler-name=volcano, the upstream default configuration
+#                                 plus the network-topology-aware plugin
 #   training-operator v1          PyTorchJob and TFJob, gang scheduling off
 #   mpi-operator v2               MPIJob v2beta1, gang scheduling off
 #   JobSet controller             JobSets (SPEC §11), its webhooks registered on loopback
@@ -39,9 +40,10 @@
 #   E2E_LOCK=/tmp/podgroup-sync-e2e.lock
 #   KUEUE_PODS_READY_TIMEOUT=40  seconds of Kueue's waitForPodsReady timeout
 #   E2E_NATIVE=1            Kubernetes' own gang scheduling instead of the two schedulers: the
-#                           control plane's kube-scheduler (1.37, GenericWorkload gate on) as
-#                           "default-scheduler"; no scheduler-plugins, no Volcano (the control
-#                           plane must be a NATIVE_GANG=1 one)
+#                           control plane's kube-scheduler (1.37, GenericWorkload and
+#                           TopologyAwareWorkloadScheduling gates on) as "default-scheduler"; no
+#                           scheduler-plugins, no Volcano (the control plane must be a
+#                           NATIVE_GANG=1 one, with TOPOLOGY_GATE=1 for topology to be kept)
 #
 # One e2e environment per machine: the mpi-operator's health port (:8080) and the
 # training-operator's certificate check (/tmp/k8s-webhook-server/serving-certs/tls.crt) are
@@ -241,12 +243,12 @@ wait_ready node-kcm "$STARTED_PID" https_ok "https://127.0.0.1:$NKCM_PORT/health
 if [ "$E2E_NATIVE" = 1 ]; then
   # --- kube-scheduler with Kubernetes' own gang scheduling ------------------------------------
   [ -x "$CP_BIN/kube-scheduler" ] || fail binaries "no kube-scheduler in $CP_BIN (K8S_SCHEDULER=1)"
-  log "kube-scheduler, GangScheduling in the default profile (secure port 127.0.0.1:$SP_PORT)"
+  log "kube-scheduler, GangScheduling and TopologyPlacementGenerator in the default profile (secure port 127.0.0.1:$SP_PORT)"
   # As for scheduler-plugins below: new capacity is seen within ~15 s, not 5 minutes.
   start kube-scheduler "$CP_BIN/kube-scheduler" --kubeconfig="$KC" \
     --authentication-kubeconfig="$KC" --authorization-kubeconfig="$KC" \
     --bind-address=127.0.0.1 --secure-port="$SP_PORT" --cert-dir="$W/kube-scheduler-certs" \
-    --leader-elect=false --feature-gates=GenericWorkload=true \
+    --leader-elect=false --feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=true \
     --pod-max-in-unschedulable-pods-duration=15s -v=2
   wait_ready kube-scheduler "$STARTED_PID" https_ok "https://127.0.0.1:$SP_PORT/healthz"
 else
@@ -299,7 +301,28 @@ start vc-controller-manager "$VOLCANO_CONTROLLER_MANAGER" --kubeconfig="$KC" \
 wait_ready vc-controller-manager "$STARTED_PID" http_ok "http://127.0.0.1:$VCM_HEALTH/healthz"
 
 log "volcano scheduler (healthz 127.0.0.1:$VC_HEALTH)"
+# The upstream default configuration plus network-topology-aware, as Volcano's guide to
+# network-topology-aware scheduling has it (SPEC §13: HyperNode-level placement of gangs and of
+# their sub-groups; the tiers are HyperNodes the scenarios create).
+cat > "$W/vc-scheduler.conf" <<'VCCONF'
+actions: "enqueue, allocate, backfill"
+tiers:
+- plugins:
+  - name: priority
+  - name: gang
+  - name: conformance
+- plugins:
+  - name: overcommit
+  - name: drf
+  - name: predicates
+  - name: proportion
+  - name: nodeorder
+  - name: network-topology-aware
+    arguments:
+      weight: 10
+VCCONF
 start vc-scheduler "$VOLCANO_SCHEDULER" --kubeconfig="$KC" --scheduler-name=volcano \
+  --scheduler-conf="$W/vc-scheduler.conf" \
   --leader-elect=false --enable-healthz=true --healthz-address="127.0.0.1:$VC_HEALTH" \
   --listen-address="127.0.0.1:$VC_LISTEN" --cache-dumper=false -v=2
 wait_ready vc-scheduler "$STARTED_PID" http_ok "http://127.0.0.1:$VC_HEALTH/healthz"

@@ -64,6 +64,16 @@ pub fn use_native_gang() {
     NATIVE_GANG.store(true, Ordering::SeqCst);
 }
 
+/// Whether this test binary's native control planes also have the
+/// TopologyAwareWorkloadScheduling gate on (start.sh's TOPOLOGY_GATE=1).
+static TOPOLOGY_GATE: AtomicBool = AtomicBool::new(false);
+
+/// Makes every native control plane this test binary starts keep a PodGroup's
+/// `schedulingConstraints` (SPEC §13). Call it before the first [`cluster`].
+pub fn use_topology_gate() {
+    TOPOLOGY_GATE.store(true, Ordering::SeqCst);
+}
+
 /// Whether this test binary's control planes also serve the other operators' CRDs (JobSet,
 /// LeaderWorkerSet, RayCluster, RayJob, TrainJob; start.sh's WORKLOAD_CRDS=1).
 static WORKLOAD_CRDS: AtomicBool = AtomicBool::new(false);
@@ -336,6 +346,9 @@ fn start_cluster(env: &[(&str, &str)]) -> Result<Cluster, String> {
         .arg(std::process::id().to_string());
     if native_gang() {
         command.env("NATIVE_GANG", "1");
+    }
+    if TOPOLOGY_GATE.load(Ordering::SeqCst) {
+        command.env("TOPOLOGY_GATE", "1");
     }
     if WORKLOAD_CRDS.load(Ordering::SeqCst) {
         command.env("WORKLOAD_CRDS", "1");
