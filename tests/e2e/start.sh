@@ -303,7 +303,9 @@ wait_ready vc-controller-manager "$STARTED_PID" http_ok "http://127.0.0.1:$VCM_H
 log "volcano scheduler (healthz 127.0.0.1:$VC_HEALTH)"
 # The upstream default configuration plus network-topology-aware, as Volcano's guide to
 # network-topology-aware scheduling has it (SPEC §13: HyperNode-level placement of gangs and of
-# their sub-groups; the tiers are HyperNodes the scenarios create).
+# their sub-groups; the tiers are HyperNodes the scenarios create). Its HyperNode bin packing of
+# pods without a topology is off, so that a job without one spreads (nodeorder) and the
+# scenarios' control run shows what the topology changes.
 cat > "$W/vc-scheduler.conf" <<'VCCONF'
 actions: "enqueue, allocate, backfill"
 tiers:
@@ -320,6 +322,7 @@ tiers:
   - name: network-topology-aware
     arguments:
       weight: 10
+      hypernode.binpack.normal-pod.enable: false
 VCCONF
 start vc-scheduler "$VOLCANO_SCHEDULER" --kubeconfig="$KC" --scheduler-name=volcano \
   --scheduler-conf="$W/vc-scheduler.conf" \
