@@ -17,6 +17,7 @@ pub mod client;
 pub mod controller;
 pub mod diff;
 pub mod discovery;
+pub mod dropped;
 pub mod enablement;
 pub mod events;
 pub mod explain;

@@ -5,7 +5,7 @@
 //! and the outcome. `reconcile` only carries a plan out. Every lifecycle row of SPEC §4 and every
 //! enablement rule of SPEC §2 is a unit test below.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -64,6 +64,8 @@ pub struct Input<'a> {
     pub queues: Option<&'a BTreeMap<String, String>>,
     /// The job's Kueue Workload (SPEC §12), while Kueue is served.
     pub kueue: Option<&'a crate::kueue::Admission>,
+    /// Spec fields the cluster's PodGroups were found to drop, per backend (`dropped`).
+    pub dropped: &'a BTreeSet<(BackendKind, String)>,
 }
 
 /// How a reconcile ended.
@@ -391,7 +393,15 @@ fn plan_active(input: &Input, mode: Mode, job: &Job, t: Target) -> Plan {
         .filter(|pg| ours(pg, &job.uid, &opts.instance))
         .filter_map(|pg| pg.data.get("spec"));
     for spec in ours_spec {
-        for w in backend::immutable_changes(backend, job, gang, spec, opts) {
+        let changes = backend::immutable_changes(backend, job, gang, spec, opts);
+        // A field the cluster drops is reported as such (plan_pod_group), not as a change.
+        let dropped = |w: &String| {
+            input
+                .dropped
+                .iter()
+                .any(|(b, f)| *b == backend_kind && w.starts_with(&format!("{f} ")))
+        };
+        for w in changes.into_iter().filter(|w| !dropped(w)) {
             if !warnings.contains(&w) {
                 warnings.push(w);
             }
@@ -529,7 +539,37 @@ fn plan_pod_group(
     let opts = &input.settings.backend_options;
     let existing_spec = existing.as_ref().and_then(|pg| pg.data.get("spec"));
     let freeze = existing.is_some() && input.settings.resize != ResizePolicy::Always;
-    let desired = backend::desired_object(backend, job, gang, name, existing_spec, freeze, opts);
+    let mut desired =
+        backend::desired_object(backend, job, gang, name, existing_spec, freeze, opts);
+    crate::dropped::strip(&mut desired, backend_kind, input.dropped);
+    // What the job asks for in a field the cluster drops (an immutable one is already out of
+    // the desired object when the stored PodGroup lacks it).
+    let lost: Vec<&str> = input
+        .dropped
+        .iter()
+        .filter(|(b, _)| *b == backend_kind)
+        .map(|(_, f)| f.as_str())
+        .filter(|f| {
+            backend
+                .spec(job, gang, existing_spec, opts)
+                .get(*f)
+                .is_some()
+        })
+        .collect();
+    if !lost.is_empty() {
+        plan.events.push((
+            Reason::GangSpecWarning,
+            format!(
+                "the cluster's {backend_kind} PodGroups drop spec.{}: the API server does not keep \
+                 {} ({}), so what the job asks there is not enforced and not sent again",
+                lost.join(", spec."),
+                if lost.len() == 1 { "it" } else { "them" },
+                lost.iter()
+                    .find_map(|f| backend.dropped_hint(f))
+                    .unwrap_or("a PodGroup CRD older than the field, or a feature gate off"),
+            ),
+        ));
+    }
     let running = existing
         .as_ref()
         .is_some_and(|pg| backend.phase(pg.data.get("status")) == Phase::Running);
@@ -928,6 +968,7 @@ mod tests {
             capacity: None,
             queues: None,
             kueue: None,
+            dropped: &BTreeSet::new(),
         })
     }
 
@@ -1767,6 +1808,7 @@ mod tests {
             capacity: None,
             queues: None,
             kueue: Some(admission),
+            dropped: &BTreeSet::new(),
         })
     }
 
@@ -1857,6 +1899,7 @@ mod tests {
             capacity,
             queues,
             kueue: None,
+            dropped: &BTreeSet::new(),
         })
     }
 

@@ -51,6 +51,8 @@ pub struct Context {
     /// False on a standby replica: it computes nothing and writes nothing.
     pub leading: tokio::sync::watch::Receiver<bool>,
     pub in_flight: Arc<InFlight>,
+    /// Spec fields the cluster's PodGroups drop, learned from the writes' answers.
+    pub dropped: crate::dropped::Dropped,
 }
 
 /// What went wrong talking to the API server; retried with backoff.
@@ -126,6 +128,7 @@ impl Context {
             waiting_seen: Mutex::new(Default::default()),
             health: Mutex::new(HashMap::new()),
             leading,
+            dropped: Default::default(),
         }
     }
 
@@ -272,6 +275,7 @@ fn plan_for(obj: &DynamicObject, ctx: &Context, kind: &'static JobKind) -> Plan 
         Vec::new()
     };
     let kueue = ctx.caches.kueue.of(&obj.uid().unwrap_or_default());
+    let dropped = ctx.dropped.snapshot();
     plan::plan(&Input {
         kind,
         job: obj,
@@ -288,6 +292,7 @@ fn plan_for(obj: &DynamicObject, ctx: &Context, kind: &'static JobKind) -> Plan 
         capacity: capacity.as_deref(),
         queues: queues.as_deref(),
         kueue: kueue.as_deref(),
+        dropped: &dropped,
     })
 }
 
@@ -333,10 +338,15 @@ async fn execute_write(
     let namespace = obj.namespace().unwrap_or_default();
     let uid = obj.uid().unwrap_or_default();
     match apply(ctx, &namespace, &write).await {
-        Ok(()) => {
+        Ok(learned) => {
             ctx.refused.lock().expect("lock").remove(&uid);
             if write.op == Op::Create {
                 created(obj, ctx, &write);
+            }
+            if learned {
+                // Tell the job at once, and stop sending what the cluster drops.
+                let soon = Outcome::RequeueAfter(Duration::from_secs(1));
+                plan.outcome = plan::more_pressing(plan.outcome, soon);
             }
         }
         // A PodGroup of that name appeared since the cache looked: decide once the watch
@@ -481,7 +491,9 @@ fn created(obj: &DynamicObject, ctx: &Context, write: &Write) {
     info!(job = %obj.name_any(), namespace = obj.namespace().unwrap_or_default(), podgroup = %write.name, backend = %write.backend, min_member = write.min_member, "created PodGroup");
 }
 
-async fn apply(ctx: &Context, namespace: &str, write: &Write) -> Result<(), Error> {
+/// Applies the write; whether the answer showed spec fields the cluster drops that were not
+/// known before (see `dropped`).
+async fn apply(ctx: &Context, namespace: &str, write: &Write) -> Result<bool, Error> {
     let api: Api<DynamicObject> = Api::namespaced_with(
         ctx.client.clone(),
         namespace,
@@ -516,7 +528,17 @@ async fn apply(ctx: &Context, namespace: &str, write: &Write) -> Result<(), Erro
         .writes
         .with_label_values(&[write.backend.as_str(), write.op.as_str()])
         .inc();
-    Ok(())
+    let lost = crate::dropped::lost(&write.body["spec"], &written.data["spec"]);
+    let learned = ctx.dropped.learn(write.backend, lost);
+    if !learned.is_empty() {
+        warn!(
+            backend = write.backend.as_str(),
+            fields = ?learned,
+            "the API server dropped these PodGroup spec fields (a CRD without them, or a feature \
+             gate off): not sent again by this process; the jobs that ask for them are told"
+        );
+    }
+    Ok(!learned.is_empty())
 }
 
 /// Deletes one PodGroup with its UID as a precondition, so a PodGroup recreated meanwhile (for a

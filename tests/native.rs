@@ -313,8 +313,9 @@ async fn rule_9_the_priority_class_is_set_at_creation_and_a_change_is_reported_n
 
 /// SPEC §13 with the TopologyAwareWorkloadScheduling gate off (alpha and off by default in
 /// 1.37, as on this control plane): the API server drops `schedulingConstraints` from the
-/// PodGroup without a word; the job is told that the topology is not enforced and why, once,
-/// and nothing is sent again. `disruptionMode` (no gate) is kept.
+/// PodGroup without a word; the controller learns it from the create's answer, the job is told
+/// that the topology is not enforced and why, and nothing is sent again. `disruptionMode` (no
+/// gate) is kept.
 #[tokio::test]
 async fn rule_13_a_topology_the_api_server_drops_without_its_gate_is_reported_not_retried() {
     let client = setup().await;
@@ -335,7 +336,7 @@ async fn rule_13_a_topology_the_api_server_drops_without_its_gate_is_reported_no
     let ev = jobs::wait_event(&client, &ns, "rack", "GangSpecWarning").await;
     let note = ev.note.unwrap_or_default();
     assert!(
-        note.contains("schedulingConstraints cannot change")
+        note.contains("drop spec.schedulingConstraints")
             && note.contains("TopologyAwareWorkloadScheduling"),
         "{note}"
     );

@@ -531,6 +531,7 @@ fn webhook_and_planner(
         capacity: None,
         queues: None,
         kueue: None,
+        dropped: &Default::default(),
     });
     let written = planned
         .writes

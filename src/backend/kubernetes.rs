@@ -153,6 +153,13 @@ impl PodGroupBackend for Kubernetes {
         )
     }
 
+    fn dropped_hint(&self, field: &str) -> Option<&'static str> {
+        (field == "schedulingConstraints").then_some(
+            "the API server keeps it only with the TopologyAwareWorkloadScheduling feature gate \
+             on, alpha and off by default in Kubernetes 1.37",
+        )
+    }
+
     fn absent_fields(&self) -> &'static [&'static str] {
         &["minResources", "queue", "scheduleTimeoutSeconds"]
     }

@@ -267,6 +267,11 @@ pub trait PodGroupBackend: Sync {
         None
     }
 
+    /// Why the cluster may drop this spec field (see `dropped`), when the backend knows.
+    fn dropped_hint(&self, _field: &str) -> Option<&'static str> {
+        None
+    }
+
     /// Fields of the other backends this API has no place for (`explain` says so).
     fn absent_fields(&self) -> &'static [&'static str] {
         &[]

@@ -157,6 +157,13 @@ impl PodGroupBackend for Volcano {
         gaps
     }
 
+    fn dropped_hint(&self, field: &str) -> Option<&'static str> {
+        matches!(field, "networkTopology" | "subGroupPolicy").then_some(
+            "Volcano's PodGroup CRD has subGroupPolicy and networkTopology.highestTierName from \
+             v1.14",
+        )
+    }
+
     fn annotations(&self, job: &Job) -> BTreeMap<String, String> {
         job.annotations
             .iter()

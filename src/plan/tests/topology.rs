@@ -283,3 +283,86 @@ fn rule_13_a_malformed_request_is_an_invalid_job_with_no_pod_group() {
     assert_eq!(*r, Reason::InvalidSpec);
     assert!(m.contains("does not divide"), "{m}");
 }
+
+/// Plans with these fields known to be dropped by the cluster.
+fn plan_dropping(job: &Value, pgs: &Cached, dropped: &[(BackendKind, &str)]) -> Plan {
+    let obj: DynamicObject = serde_json::from_value(job.clone()).unwrap();
+    let dropped: BTreeSet<(BackendKind, String)> =
+        dropped.iter().map(|(b, f)| (*b, f.to_string())).collect();
+    let ns = annotations("true");
+    let s = with_webhook();
+    plan(&Input {
+        kind: &crate::kinds::PYTORCHJOB,
+        job: &obj,
+        leading: true,
+        namespace_annotations: Some(&ns),
+        priorities: &Priorities::default(),
+        defaults: &Ok(AdmissionDefaults::default()),
+        pod_groups: pgs,
+        refused: None,
+        unlinked_pods: &[],
+        settings: &s,
+        now: "2026-12-01T00:10:00Z".parse().unwrap(),
+        health: None,
+        capacity: None,
+        queues: None,
+        kueue: None,
+        dropped: &dropped,
+    })
+}
+
+#[test]
+fn rule_13_a_field_the_cluster_drops_is_not_sent_again_and_the_job_is_told() {
+    // An older Volcano CRD: subGroupPolicy is dropped. The stored PodGroup lacks it; nothing is
+    // applied again, and the job hears why its slices are not enforced.
+    let j = topology_job("volcano", 16, json!({}), slices_of_8());
+    let w = plan_of(&j, &served_all(), &with_webhook())
+        .write()
+        .cloned()
+        .unwrap();
+    let mut pg = stored(&w, json!({"phase": "Inqueue"}));
+    pg["spec"].as_object_mut().unwrap().remove("subGroupPolicy");
+    let cached = served_all().with(BackendKind::Volcano, pg);
+    let again = plan_of(&j, &cached, &with_webhook());
+    assert!(again.write().is_some(), "not known yet: sent once more");
+    let p = plan_dropping(&j, &cached, &[(BackendKind::Volcano, "subGroupPolicy")]);
+    assert!(p.write().is_none(), "{:?}", p.write());
+    let warning = p
+        .events
+        .iter()
+        .find(|(r, _)| *r == Reason::GangSpecWarning)
+        .map(|(_, m)| m.clone())
+        .expect("a warning");
+    assert!(warning.contains("drop spec.subGroupPolicy"), "{warning}");
+
+    // The native PodGroup without the gate: the drop is said once, as a drop.
+    let j = topology_job("kubernetes", 4, json!({REQUIRED: RACK}), json!({}));
+    let w = plan_of(&j, &served_all(), &with_webhook())
+        .write()
+        .cloned()
+        .unwrap();
+    let mut pg = stored(&w, json!({}));
+    pg["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("schedulingConstraints");
+    let cached = served_all().with(BackendKind::Kubernetes, pg);
+    let p = plan_dropping(
+        &j,
+        &cached,
+        &[(BackendKind::Kubernetes, "schedulingConstraints")],
+    );
+    assert!(p.write().is_none(), "{:?}", p.write());
+    let warnings: Vec<&String> = p
+        .events
+        .iter()
+        .filter(|(r, _)| *r == Reason::GangSpecWarning)
+        .map(|(_, m)| m)
+        .collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains("drop spec.schedulingConstraints")
+            && !warnings[0].contains("cannot change"),
+        "{warnings:?}"
+    );
+}
