@@ -121,6 +121,9 @@ pub struct PodSet {
     /// the workers are ready does not).
     pub in_gang: bool,
     pub template: PodTemplateSpec,
+    /// How many identical groups the set's pods come in, each indexed from 0 (a JobSet's
+    /// replicated Jobs); 1 for a set indexed as a whole.
+    pub groups: u64,
 }
 
 impl PodSet {
@@ -132,6 +135,7 @@ impl PodSet {
             minimum: None,
             in_gang: true,
             template,
+            groups: 1,
         }
     }
 }
@@ -376,9 +380,16 @@ pub trait KindRules: Send + Sync {
         &["conditions"]
     }
 
-    /// The pod label holding a pod's index within its pod set, by which the slices of SPEC §13
-    /// are cut; `None` for a kind whose pods carry none.
-    fn pod_index_label(&self) -> Option<&'static str> {
+    /// Whether the kind's pods carry their index within their pod set ([`pod_index`]).
+    ///
+    /// [`pod_index`]: Self::pod_index
+    fn indexes_pods(&self) -> bool {
+        false
+    }
+
+    /// A pod's index within its pod set `set`, from the labels its operator gave it: the slices
+    /// of SPEC §13 are cut by it. `None` for a kind whose pods carry none, or a pod without it.
+    fn pod_index(&self, _set: &PodSet, _labels: &BTreeMap<String, String>) -> Option<u64> {
         None
     }
 
@@ -387,6 +398,11 @@ pub trait KindRules: Send + Sync {
     fn groups(&self, _spec: &Value, _status: Option<&Value>) -> Result<Option<u32>, InvalidJob> {
         Ok(None)
     }
+}
+
+/// A label's value as an index.
+pub fn index_label(labels: &BTreeMap<String, String>, key: &str) -> Option<u64> {
+    labels.get(key)?.parse().ok()
 }
 
 /// The object at `path` (field names) below `value`, if it is an object.

@@ -138,7 +138,7 @@ impl PodGroupBackend for Volcano {
                 ));
                 continue;
             }
-            if s.slices.is_some() && job.kind.rules.pod_index_label().is_none() {
+            if s.slices.is_some() && !job.kind.rules.indexes_pods() {
                 gaps.push(format!(
                     "{}: the pods of a {} carry no index to cut slices by; the slices are not \
                      enforced",
@@ -281,7 +281,7 @@ fn topology(job: &Job, gang: &Gang, opts: &BackendOptions, spec: &mut Map<String
             .find(|m| m.name == s.pod_set)
             .map_or(0, |m| m.counted);
         match (&s.slices, &s.domain) {
-            (Some(slices), _) if job.kind.rules.pod_index_label().is_some() => {
+            (Some(slices), _) if job.kind.rules.indexes_pods() => {
                 // Every slice the gang counts: the gang still means all of them.
                 policies.push(policy(
                     s,

@@ -133,25 +133,19 @@ fn describe_webhook(
 /// The placement labels the webhook gives a pod of set `set` (SPEC §13), its slice shown as a
 /// formula of the pod's index.
 fn placement(backend: BackendKind, job: &job::Job, gang: &gang::Gang, set: &str) -> Vec<String> {
-    // A pod of the set at index 0 tells which labels it gets.
-    let mut labels = std::collections::BTreeMap::new();
-    if let Some(key) = job.kind.rules.pod_index_label() {
-        labels.insert(key.to_string(), "0".to_string());
+    use crate::topology::{POD_SET_LABEL, SLICE_LABEL};
+    let Some(slices) = crate::webhook::placement::wanted(backend, job, gang, set) else {
+        return Vec::new();
+    };
+    let mut out = vec![format!("label {POD_SET_LABEL}: {set}")];
+    if let Some(sl) = slices {
+        out.push(format!(
+            "label {SLICE_LABEL}: <pod index> / {} (0 to {})",
+            sl.size,
+            sl.count - 1
+        ));
     }
-    let slices = gang.topology.set(set).and_then(|s| s.slices.as_ref());
-    crate::webhook::placement::labels(backend, job, gang, Some(set), Some(&labels))
-        .into_iter()
-        .map(|(k, v)| match slices {
-            Some(sl) if k == crate::topology::SLICE_LABEL => {
-                format!(
-                    "label {k}: <pod index> / {} (0 to {})",
-                    sl.size,
-                    sl.count - 1
-                )
-            }
-            _ => format!("label {k}: {v}"),
-        })
-        .collect()
+    out
 }
 
 /// Whether the gang can be placed on the nodes explain was given (SPEC §10), when it was given

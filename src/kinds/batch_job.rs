@@ -9,11 +9,11 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::template::{count, flag, pod_template, text};
-use crate::workload::object_at;
 use crate::workload::{
     InvalidJob, JobKind, KindRules, MinMemberRule, ObjectIdentity, PodSet, SchedulingPolicy, Shape,
     condition_true,
 };
+use crate::workload::{index_label, object_at};
 
 pub const BATCH_JOB: JobKind = JobKind {
     kind: "Job",
@@ -85,8 +85,12 @@ impl KindRules for BatchJobRules {
     }
 
     /// The Job controller labels each pod of an Indexed Job with its completion index.
-    fn pod_index_label(&self) -> Option<&'static str> {
-        Some(COMPLETION_INDEX_LABEL)
+    fn indexes_pods(&self) -> bool {
+        true
+    }
+
+    fn pod_index(&self, _set: &PodSet, labels: &BTreeMap<String, String>) -> Option<u64> {
+        index_label(labels, COMPLETION_INDEX_LABEL)
     }
 
     fn requested(&self, annotations: &BTreeMap<String, String>) -> bool {

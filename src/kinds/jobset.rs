@@ -18,14 +18,16 @@
 //! it is deleted with its TrainJob, so the PodGroup goes with both (Trainer's runtimes are merged
 //! into the JobSet by Trainer; reading them again would be computing Trainer's job twice).
 
+use std::collections::BTreeMap;
+
 use serde_json::Value;
 
 use super::template::{count, pod_template, text};
-use crate::workload::object_at;
 use crate::workload::{
     InvalidJob, JobKind, KindRules, MinMemberRule, ObjectIdentity, PodSet, SchedulingPolicy, Shape,
     condition_true,
 };
+use crate::workload::{index_label, object_at};
 
 pub const JOBSET: JobKind = JobKind {
     kind: "JobSet",
@@ -55,7 +57,24 @@ const TRAINER_LINKS: [&str; 2] = [
 
 pub struct JobSetRules;
 
+/// The pod label holding the index of a pod's Job within its replicated job.
+pub const JOB_INDEX_LABEL: &str = "jobset.sigs.k8s.io/job-index";
+
 impl KindRules for JobSetRules {
+    /// A pod's Job's index and its completion index within the Job (JobSet's Jobs are Indexed).
+    fn indexes_pods(&self) -> bool {
+        true
+    }
+
+    /// The Job's index × the pods of one Job + the pod's completion index: consecutive indices
+    /// are the pods of one Job, then of the next.
+    fn pod_index(&self, set: &PodSet, labels: &BTreeMap<String, String>) -> Option<u64> {
+        let job = index_label(labels, JOB_INDEX_LABEL)?;
+        let within = index_label(labels, super::batch_job::COMPLETION_INDEX_LABEL)?;
+        let per_job = set.count / set.groups.max(1);
+        (within < per_job).then(|| job * per_job + within)
+    }
+
     fn read(
         &self,
         _kind: &'static JobKind,
@@ -95,6 +114,7 @@ impl KindRules for JobSetRules {
                 .checked_mul(pods)
                 .ok_or(InvalidJob::TooManyReplicas(replicas as u128 * pods as u128))?;
             let mut set = PodSet::whole(name, count, template);
+            set.groups = replicas;
             let waits = job
                 .get("dependsOn")
                 .and_then(Value::as_array)

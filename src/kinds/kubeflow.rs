@@ -9,10 +9,10 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::template::pod_template;
-use crate::workload::object_at;
 use crate::workload::{
     InvalidJob, JobKind, KindRules, MinMemberRule, ObjectIdentity, PodSet, SchedulingPolicy, Shape,
 };
+use crate::workload::{index_label, object_at};
 
 /// The label the Kubeflow operators put on every pod they create, naming its job.
 pub const JOB_NAME_LABEL: &str = "training.kubeflow.org/job-name";
@@ -64,8 +64,12 @@ struct RunPolicy {
 
 impl KindRules for Kubeflow {
     /// Every Kubeflow operator labels a pod with its replica's index.
-    fn pod_index_label(&self) -> Option<&'static str> {
-        Some(REPLICA_INDEX_LABEL)
+    fn indexes_pods(&self) -> bool {
+        true
+    }
+
+    fn pod_index(&self, _set: &PodSet, labels: &BTreeMap<String, String>) -> Option<u64> {
+        index_label(labels, REPLICA_INDEX_LABEL)
     }
 
     fn read(

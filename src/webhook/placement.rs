@@ -9,7 +9,7 @@ use crate::gang::Gang;
 use crate::job::Job;
 use crate::kinds::kubeflow::REPLICA_TYPE_LABEL;
 use crate::names::valid_label_value;
-use crate::topology::{POD_SET_LABEL, SLICE_LABEL};
+use crate::topology::{POD_SET_LABEL, SLICE_LABEL, Slices};
 
 /// The labels the webhook adds for the placement of one pod of `job` on `backend`, given the
 /// pod set its owner names (`owner_set`) and the pod's labels; none for a job that asks for no
@@ -22,37 +22,48 @@ pub fn labels(
     owner_set: Option<&str>,
     pod_labels: Option<&BTreeMap<String, String>>,
 ) -> Vec<(&'static str, String)> {
-    let t = &gang.topology;
-    if backend != BackendKind::Volcano || t.is_empty() {
-        return Vec::new();
-    }
     let Some(set) = pod_set(job, owner_set, pod_labels) else {
         return Vec::new();
     };
-    let Some(request) = t.set(&set) else {
+    let Some(slices) = wanted(backend, job, gang, &set) else {
         return Vec::new();
     };
-    let own_domain = request.domain.is_some() && t.common_domain().is_none();
-    if !(request.slices.is_some() || own_domain) || !valid_label_value(&set) {
-        return Vec::new();
-    }
     let has = |key: &str| pod_labels.is_some_and(|l| l.contains_key(key));
     let mut out = Vec::new();
     if !has(POD_SET_LABEL) {
         out.push((POD_SET_LABEL, set.clone()));
     }
     let index = job
-        .kind
-        .rules
-        .pod_index_label()
-        .and_then(|key| pod_labels?.get(key))
-        .and_then(|v| v.parse::<u64>().ok());
-    if let (Some(slices), Some(i)) = (&request.slices, index)
+        .pod_set(&set)
+        .zip(pod_labels)
+        .and_then(|(s, labels)| job.kind.rules.pod_index(s, labels));
+    if let (Some(slices), Some(i)) = (slices, index)
         && !has(SLICE_LABEL)
     {
         out.push((SLICE_LABEL, slices.of(i).to_string()));
     }
     out
+}
+
+/// Whether the pods of set `set` get placement labels on `backend`: `None` when they get none,
+/// else the set's slices (`Some(None)`: the pod-set label only, for a domain of its own).
+pub fn wanted<'a>(
+    backend: BackendKind,
+    job: &Job,
+    gang: &'a Gang,
+    set: &str,
+) -> Option<Option<&'a Slices>> {
+    let t = &gang.topology;
+    if backend != BackendKind::Volcano || t.is_empty() || !valid_label_value(set) {
+        return None;
+    }
+    let request = t.set(set)?;
+    let slices = request
+        .slices
+        .as_ref()
+        .filter(|_| job.kind.rules.indexes_pods());
+    let own_domain = request.domain.is_some() && t.common_domain().is_none();
+    (slices.is_some() || own_domain).then_some(slices)
 }
 
 /// The pod set a pod belongs to: what its owner says (a JobSet's replicated job, a Ray group),
@@ -178,5 +189,92 @@ mod tests {
             [(COMPLETION_INDEX_LABEL.to_string(), "3".into())].into();
         let got = labels(BackendKind::Volcano, &job, &gang, None, Some(&pod));
         assert_eq!(got[1], (SLICE_LABEL, "1".to_string()), "{got:?}");
+    }
+
+    fn gang_of(job: &Job) -> Gang {
+        compute(job, &Priorities::default(), &AdmissionDefaults::default()).unwrap()
+    }
+
+    fn labelled(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn rule_13_a_jobset_pod_is_sliced_by_its_jobs_index_and_its_completion_index() {
+        use crate::kinds::JOBSET;
+        use crate::kinds::jobset::JOB_INDEX_LABEL;
+        let template = json!({"metadata": {"annotations": {SLICE_REQUIRED: "rack", SLICE_SIZE: "4"}},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}});
+        let job = normalize(
+            &JOBSET,
+            &json!({"metadata": {"name": "js", "namespace": "ns", "uid": "u"},
+                "spec": {"replicatedJobs": [{"name": "workers", "replicas": 2, "template": {"spec": {
+                    "parallelism": 4, "completions": 4, "template": template}}}]}}),
+        )
+        .unwrap();
+        let gang = gang_of(&job);
+        // Job 0's pods are indices 0-3 (slice 0), job 1's 4-7 (slice 1).
+        for (job_index, completion, slice) in [("0", "3", "0"), ("1", "0", "1"), ("1", "3", "1")] {
+            let pod = labelled(&[
+                (JOB_INDEX_LABEL, job_index),
+                (COMPLETION_INDEX_LABEL, completion),
+            ]);
+            let got = labels(
+                BackendKind::Volcano,
+                &job,
+                &gang,
+                Some("workers"),
+                Some(&pod),
+            );
+            assert_eq!(
+                got,
+                vec![
+                    (POD_SET_LABEL, "workers".to_string()),
+                    (SLICE_LABEL, slice.to_string())
+                ],
+                "job {job_index}, completion {completion}"
+            );
+        }
+    }
+
+    #[test]
+    fn rule_13_an_lws_worker_is_sliced_by_its_worker_index_the_leader_is_index_0_of_its_own() {
+        use crate::kinds::LEADERWORKERSET;
+        use crate::kinds::lws::WORKER_INDEX_LABEL;
+        let pod_template = |a: serde_json::Value| json!({"metadata": {"annotations": a}, "spec": {"containers": [{"name": "c", "image": "i"}]}});
+        let job = normalize(
+            &LEADERWORKERSET,
+            &json!({"metadata": {"name": "serve", "namespace": "ns", "uid": "u"},
+                "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 5,
+                    "leaderTemplate": pod_template(json!({})),
+                    "workerTemplate": pod_template(json!({SLICE_REQUIRED: "nvlink", SLICE_SIZE: "2"}))}}}),
+        )
+        .unwrap();
+        let gang = gang_of(&job);
+        for (worker, slice) in [("1", "0"), ("2", "0"), ("3", "1"), ("4", "1")] {
+            let pod = labelled(&[(WORKER_INDEX_LABEL, worker)]);
+            let got = labels(
+                BackendKind::Volcano,
+                &job,
+                &gang,
+                Some("worker"),
+                Some(&pod),
+            );
+            assert_eq!(got[1], (SLICE_LABEL, slice.to_string()), "worker {worker}");
+        }
+        let leader = labelled(&[(WORKER_INDEX_LABEL, "0")]);
+        assert!(
+            labels(
+                BackendKind::Volcano,
+                &job,
+                &gang,
+                Some("leader"),
+                Some(&leader)
+            )
+            .is_empty()
+        );
     }
 }
