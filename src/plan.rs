@@ -793,9 +793,22 @@ fn status(
         return plan;
     }
     if let Some((reason, message)) = backend.unschedulable(status) {
+        // The scheduler's reason names no topology: a gang held to one domain may find no room
+        // there while the cluster has plenty (SPEC §13).
+        let held = pg
+            .data
+            .get("spec")
+            .and_then(|spec| backend.held_to(spec))
+            .map(|h| {
+                format!(
+                    "; its PodGroup holds the gang to {h}: room elsewhere in the cluster does \
+                     not help"
+                )
+            })
+            .unwrap_or_default();
         plan.events.push((
             Reason::GangUnschedulable,
-            format!("PodGroup {}: {reason}: {message}", pg.name_any()),
+            format!("PodGroup {}: {reason}: {message}{held}", pg.name_any()),
         ));
         return plan;
     }

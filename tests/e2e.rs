@@ -1001,6 +1001,10 @@ async fn s_a_sliced_job_lands_each_slice_in_one_rack(backend: Backend) {
         json!({"mode": "hard", "highestTierName": RACK})
     );
     let note = s.wait_event(&ns, &job, waiting_reason(backend)).await;
+    assert!(
+        note.contains(&format!("holds the gang to all its pods in one domain of {RACK}")),
+        "the job is told why: {note}"
+    );
     topology::none_binds_for(&s, &job, 5).await;
     eprintln!("[{ns}] 12 pods required in one rack of 8 GPUs: none binds; the job is told: {note}");
     delete_and_drain(&s, Kind::PyTorchJob, &job).await;

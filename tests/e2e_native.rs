@@ -386,6 +386,10 @@ async fn k_a_rack_bound_gang_lands_in_one_rack() {
     let m = topology::pytorch(link, &job, s.pool(), 12, one_rack, json!({}));
     s.create(&ns, Kind::PyTorchJob, &m).await;
     let note = s.wait_event(&ns, &job, "GangUnschedulable").await;
+    assert!(
+        note.contains(&format!("holds the gang to all its pods in one domain of {RACK}")),
+        "the job is told why: {note}"
+    );
     topology::none_binds_for(&s, &job, 5).await;
     eprintln!("[{ns}] 12 pods required in one rack of 8 GPUs: none binds; the job is told: {note}");
     s.cleanup().await;

@@ -153,6 +153,13 @@ impl PodGroupBackend for Kubernetes {
         )
     }
 
+    fn held_to(&self, spec: &Value) -> Option<String> {
+        let key = spec
+            .pointer("/schedulingConstraints/topology/0/key")
+            .and_then(Value::as_str)?;
+        Some(format!("all its pods in one domain of {key}"))
+    }
+
     fn dropped_hint(&self, field: &str) -> Option<&'static str> {
         (field == "schedulingConstraints").then_some(
             "the API server keeps it only with the TopologyAwareWorkloadScheduling feature gate \

@@ -267,6 +267,13 @@ pub trait PodGroupBackend: Sync {
         None
     }
 
+    /// The placement constraints a stored PodGroup `spec` holds its gang to, in words (SPEC §13):
+    /// said beside the scheduler's own reason for a gang it cannot place, which names no
+    /// topology. `None` when it holds none.
+    fn held_to(&self, _spec: &Value) -> Option<String> {
+        None
+    }
+
     /// Why the cluster may drop this spec field (see `dropped`), when the backend knows.
     fn dropped_hint(&self, _field: &str) -> Option<&'static str> {
         None

@@ -157,6 +157,31 @@ impl PodGroupBackend for Volcano {
         gaps
     }
 
+    fn held_to(&self, spec: &Value) -> Option<String> {
+        fn hard(t: &Value) -> Option<&str> {
+            (t.get("mode").and_then(Value::as_str) == Some("hard"))
+                .then(|| t.get("highestTierName").and_then(Value::as_str))
+                .flatten()
+        }
+        let mut held = Vec::new();
+        if let Some(key) = spec.get("networkTopology").and_then(hard) {
+            held.push(format!("all its pods in one domain of {key}"));
+        }
+        let policies = spec.get("subGroupPolicy").and_then(Value::as_array);
+        for p in policies.into_iter().flatten() {
+            if let (Some(key), Some(size)) = (
+                p.get("networkTopology").and_then(hard),
+                p.get("subGroupSize").and_then(Value::as_u64),
+            ) {
+                let name = p.get("name").and_then(Value::as_str).unwrap_or_default();
+                held.push(format!(
+                    "each sub-group {name} of {size} pods in one domain of {key}"
+                ));
+            }
+        }
+        (!held.is_empty()).then(|| held.join(", "))
+    }
+
     fn dropped_hint(&self, field: &str) -> Option<&'static str> {
         matches!(field, "networkTopology" | "subGroupPolicy").then_some(
             "Volcano's PodGroup CRD has subGroupPolicy and networkTopology.highestTierName from \

@@ -366,3 +366,80 @@ fn rule_13_a_field_the_cluster_drops_is_not_sent_again_and_the_job_is_told() {
         "{warnings:?}"
     );
 }
+
+#[test]
+fn rule_13_an_unschedulable_gang_held_to_a_domain_is_told_so_beside_the_schedulers_reason() {
+    let j = topology_job("volcano", 12, json!({REQUIRED: RACK}), json!({}));
+    let w = plan_of(&j, &served_all(), &with_webhook())
+        .write()
+        .cloned()
+        .unwrap();
+    let pg = stored(
+        &w,
+        json!({"phase": "Pending", "conditions": [{"type": "Unschedulable", "status": "True",
+            "reason": "NotEnoughResources", "message": "12/12 tasks in gang unschedulable"}]}),
+    );
+    let p = plan_of(
+        &j,
+        &served_all().with(BackendKind::Volcano, pg),
+        &with_webhook(),
+    );
+    let (_, note) = p
+        .events
+        .iter()
+        .find(|(r, _)| *r == Reason::GangUnschedulable)
+        .expect("GangUnschedulable");
+    assert!(
+        note.contains(
+            "NotEnoughResources: 12/12 tasks in gang unschedulable; its PodGroup holds \
+             the gang to all its pods in one domain of topology.example.com/rack"
+        ),
+        "{note}"
+    );
+    // Slices name their sub-group; a gang without a topology hears only the scheduler.
+    let j = topology_job("volcano", 16, json!({}), slices_of_8());
+    let w = plan_of(&j, &served_all(), &with_webhook())
+        .write()
+        .cloned()
+        .unwrap();
+    let pg = stored(
+        &w,
+        json!({"conditions": [{"type": "Unschedulable", "status": "True", "message": "m"}]}),
+    );
+    let p = plan_of(
+        &j,
+        &served_all().with(BackendKind::Volcano, pg),
+        &with_webhook(),
+    );
+    let note = &p
+        .events
+        .iter()
+        .find(|(r, _)| *r == Reason::GangUnschedulable)
+        .unwrap()
+        .1;
+    assert!(
+        note.contains("each sub-group worker of 8 pods in one domain of"),
+        "{note}"
+    );
+    let plain = topology_job("volcano", 4, json!({}), json!({}));
+    let w = plan_of(&plain, &served_all(), &with_webhook())
+        .write()
+        .cloned()
+        .unwrap();
+    let pg = stored(
+        &w,
+        json!({"conditions": [{"type": "Unschedulable", "status": "True", "message": "m"}]}),
+    );
+    let p = plan_of(
+        &plain,
+        &served_all().with(BackendKind::Volcano, pg),
+        &with_webhook(),
+    );
+    let note = &p
+        .events
+        .iter()
+        .find(|(r, _)| *r == Reason::GangUnschedulable)
+        .unwrap()
+        .1;
+    assert!(!note.contains("holds the gang"), "{note}");
+}
