@@ -599,6 +599,7 @@ fn plan_pod_group(
             actual[field] = desired[field].clone();
         }
     }
+    backend.accept_rewrites(&mut desired, &actual);
     if needs_apply(&desired, &actual, FIELD_MANAGER) {
         if mode == Mode::DryRun {
             plan.events.push((
@@ -795,10 +796,9 @@ fn status(
     if let Some((reason, message)) = backend.unschedulable(status) {
         // The scheduler's reason names no topology: a gang held to one domain may find no room
         // there while the cluster has plenty (SPEC §13).
-        let held = pg
-            .data
-            .get("spec")
-            .and_then(|spec| backend.held_to(spec))
+        let held = serde_json::to_value(pg)
+            .ok()
+            .and_then(|pg| backend.held_to(&pg))
             .map(|h| {
                 format!(
                     "; its PodGroup holds the gang to {h}: room elsewhere in the cluster does \

@@ -946,6 +946,7 @@ async fn s_a_sliced_job_lands_each_slice_in_one_rack(backend: Backend) {
     );
     delete_and_drain(&s, Kind::PyTorchJob, &job).await;
 
+    let updates_before = topology::writes(&s, "volcano", "update");
     let mut times = Vec::new();
     for run in 0..SLICED_RUNS {
         let start = std::time::Instant::now();
@@ -980,6 +981,10 @@ async fn s_a_sliced_job_lands_each_slice_in_one_rack(backend: Backend) {
         times.push((placed_in, drained));
         eprintln!("[{ns}] run {run}: slices on racks {placed:?} in {placed_in:.1?}");
     }
+    // Volcano's scheduler writes its PodGroups back with the tier names resolved into numbers:
+    // the same request in its words, accepted, never undone.
+    let updates = topology::writes(&s, "volcano", "update") - updates_before;
+    assert_eq!(updates, 0.0, "PodGroup updates during {SLICED_RUNS} runs");
     let mean = times.iter().map(|t| t.0).sum::<std::time::Duration>() / times.len() as u32;
     eprintln!(
         "[{ns}] {SLICED_RUNS} of {SLICED_RUNS} runs: each slice in one rack; created to all \
@@ -1002,7 +1007,9 @@ async fn s_a_sliced_job_lands_each_slice_in_one_rack(backend: Backend) {
     );
     let note = s.wait_event(&ns, &job, waiting_reason(backend)).await;
     assert!(
-        note.contains(&format!("holds the gang to all its pods in one domain of {RACK}")),
+        note.contains(&format!(
+            "holds the gang to all its pods in one domain of {RACK}"
+        )),
         "the job is told why: {note}"
     );
     topology::none_binds_for(&s, &job, 5).await;

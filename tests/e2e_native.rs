@@ -387,7 +387,9 @@ async fn k_a_rack_bound_gang_lands_in_one_rack() {
     s.create(&ns, Kind::PyTorchJob, &m).await;
     let note = s.wait_event(&ns, &job, "GangUnschedulable").await;
     assert!(
-        note.contains(&format!("holds the gang to all its pods in one domain of {RACK}")),
+        note.contains(&format!(
+            "holds the gang to all its pods in one domain of {RACK}"
+        )),
         "the job is told why: {note}"
     );
     topology::none_binds_for(&s, &job, 5).await;

@@ -153,9 +153,9 @@ impl PodGroupBackend for Kubernetes {
         )
     }
 
-    fn held_to(&self, spec: &Value) -> Option<String> {
-        let key = spec
-            .pointer("/schedulingConstraints/topology/0/key")
+    fn held_to(&self, pg: &Value) -> Option<String> {
+        let key = pg
+            .pointer("/spec/schedulingConstraints/topology/0/key")
             .and_then(Value::as_str)?;
         Some(format!("all its pods in one domain of {key}"))
     }

@@ -267,10 +267,20 @@ pub trait PodGroupBackend: Sync {
         None
     }
 
-    /// The placement constraints a stored PodGroup `spec` holds its gang to, in words (SPEC §13):
-    /// said beside the scheduler's own reason for a gang it cannot place, which names no
-    /// topology. `None` when it holds none.
-    fn held_to(&self, _spec: &Value) -> Option<String> {
+    /// Annotations that record what the PodGroup's `spec` asked for, where the scheduler rewrites
+    /// the spec in its own terms (see [`accept_rewrites`](Self::accept_rewrites)).
+    fn spec_annotations(&self, _spec: &Value) -> BTreeMap<String, String> {
+        BTreeMap::new()
+    }
+
+    /// Takes into the desired object the scheduler's rewrites of the stored one that say the same
+    /// as what podgroup-sync asked for, so that they are not undone (and redone) for ever.
+    fn accept_rewrites(&self, _desired: &mut Value, _actual: &Value) {}
+
+    /// The placement constraints a stored PodGroup (the whole object) holds its gang to, in
+    /// words (SPEC §13): said beside the scheduler's own reason for a gang it cannot place, which
+    /// names no topology. `None` when it holds none.
+    fn held_to(&self, _pg: &Value) -> Option<String> {
         None
     }
 
@@ -383,7 +393,8 @@ pub fn desired_object(
             "blockOwnerDeletion": true,
         }],
     });
-    let annotations = backend.annotations(job);
+    let mut annotations = backend.annotations(job);
+    annotations.extend(backend.spec_annotations(&spec));
     if !annotations.is_empty() {
         metadata["annotations"] = json!(annotations);
     }

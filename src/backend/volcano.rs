@@ -14,6 +14,10 @@ use crate::job::{InvalidJob, Job};
 use crate::names::valid_label_value;
 use crate::topology::{Mode, POD_SET_LABEL, SLICE_LABEL, SetRequest};
 
+/// The PodGroup annotation recording the tier names its spec asked for (see
+/// `accept_rewrites`).
+pub const TIER_NAMES_ANNOTATION: &str = "podgroup-sync.io/tier-names";
+
 /// The pod annotation the Volcano scheduler reads to find a pod's PodGroup.
 pub const GROUP_NAME_ANNOTATION: &str = "scheduling.k8s.io/group-name";
 /// The job annotation naming the Volcano queue (mpi-operator and Trainer convention).
@@ -157,26 +161,78 @@ impl PodGroupBackend for Volcano {
         gaps
     }
 
-    fn held_to(&self, spec: &Value) -> Option<String> {
-        fn hard(t: &Value) -> Option<&str> {
-            (t.get("mode").and_then(Value::as_str) == Some("hard"))
-                .then(|| t.get("highestTierName").and_then(Value::as_str))
-                .flatten()
+    /// The tier names of the spec, which the scheduler replaces by tier numbers.
+    fn spec_annotations(&self, spec: &Value) -> BTreeMap<String, String> {
+        let names = tier_names(spec);
+        if names.is_empty() {
+            return BTreeMap::new();
         }
+        [(TIER_NAMES_ANNOTATION.to_string(), names)].into()
+    }
+
+    /// Volcano's scheduler resolves `highestTierName` into `highestTierAllowed` in its own copy
+    /// of the PodGroup and writes that copy back (a whole-object update) when the gang's status
+    /// changes. The stored spec then says the same as the desired one in other words — as long
+    /// as the tier names it was resolved from are the ones asked for now, which the annotation
+    /// records.
+    fn accept_rewrites(&self, desired: &mut Value, actual: &Value) {
+        let recorded = |o: &Value| {
+            o.pointer("/metadata/annotations")
+                .and_then(|a| a.get(TIER_NAMES_ANNOTATION))
+                .cloned()
+        };
+        if recorded(desired).is_none() || recorded(desired) != recorded(actual) {
+            return;
+        }
+        for field in ["networkTopology", "subGroupPolicy"] {
+            let (Some(want), Some(have)) = (desired["spec"].get(field), actual["spec"].get(field))
+            else {
+                continue;
+            };
+            if resolved(want, have) {
+                desired["spec"][field] = have.clone();
+            }
+        }
+    }
+
+    fn held_to(&self, pg: &Value) -> Option<String> {
+        let spec = pg.get("spec")?;
+        // The names asked for, by field: the scheduler may have replaced them by numbers.
+        let recorded: BTreeMap<&str, &str> = pg
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(TIER_NAMES_ANNOTATION))
+            .and_then(Value::as_str)
+            .into_iter()
+            .flat_map(|v| v.split(','))
+            .filter_map(|pair| pair.split_once('='))
+            .collect();
+        let hard = |t: &Value, field: &str| -> Option<String> {
+            if t.get("mode").and_then(Value::as_str) != Some("hard") {
+                return None;
+            }
+            let name = t.get("highestTierName").and_then(Value::as_str);
+            let number = t.get("highestTierAllowed").and_then(Value::as_u64);
+            match (name.or(recorded.get(field).copied()), number) {
+                (Some(name), _) => Some(format!("one domain of {name}")),
+                (None, Some(n)) => Some(format!("one HyperNode of tier {n}")),
+                (None, None) => None,
+            }
+        };
         let mut held = Vec::new();
-        if let Some(key) = spec.get("networkTopology").and_then(hard) {
-            held.push(format!("all its pods in one domain of {key}"));
+        if let Some(domain) = spec
+            .get("networkTopology")
+            .and_then(|t| hard(t, "networkTopology"))
+        {
+            held.push(format!("all its pods in {domain}"));
         }
         let policies = spec.get("subGroupPolicy").and_then(Value::as_array);
         for p in policies.into_iter().flatten() {
-            if let (Some(key), Some(size)) = (
-                p.get("networkTopology").and_then(hard),
+            let name = p.get("name").and_then(Value::as_str).unwrap_or_default();
+            if let (Some(domain), Some(size)) = (
+                p.get("networkTopology").and_then(|t| hard(t, name)),
                 p.get("subGroupSize").and_then(Value::as_u64),
             ) {
-                let name = p.get("name").and_then(Value::as_str).unwrap_or_default();
-                held.push(format!(
-                    "each sub-group {name} of {size} pods in one domain of {key}"
-                ));
+                held.push(format!("each sub-group {name} of {size} pods in {domain}"));
             }
         }
         (!held.is_empty()).then(|| held.join(", "))
@@ -353,4 +409,50 @@ fn policy(s: &SetRequest, size: u64, min: u64, group_by: &str, topology: Value) 
         "matchLabelKeys": [group_by],
         "networkTopology": topology,
     })
+}
+
+/// `networkTopology=<name>` and `<sub-group>=<name>` for every tier name the spec asks for.
+fn tier_names(spec: &Value) -> String {
+    let name = |t: Option<&Value>| {
+        t.and_then(|t| t.get("highestTierName"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let mut out = Vec::new();
+    if let Some(n) = name(spec.get("networkTopology")) {
+        out.push(format!("networkTopology={n}"));
+    }
+    for p in spec
+        .get("subGroupPolicy")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(n) = name(p.get("networkTopology")) {
+            let policy = p.get("name").and_then(Value::as_str).unwrap_or_default();
+            out.push(format!("{policy}={n}"));
+        }
+    }
+    out.join(",")
+}
+
+/// Whether `have` is `want` with every tier name resolved into a tier number (and nothing else
+/// changed).
+fn resolved(want: &Value, have: &Value) -> bool {
+    match (want, have) {
+        (Value::Object(w), Value::Object(h)) if w.contains_key("highestTierName") => {
+            !h.contains_key("highestTierName")
+                && h.get("highestTierAllowed").is_some_and(Value::is_u64)
+                && w.iter()
+                    .filter(|(k, _)| k.as_str() != "highestTierName")
+                    .all(|(k, v)| h.get(k) == Some(v))
+        }
+        (Value::Object(w), Value::Object(h)) => w
+            .iter()
+            .all(|(k, v)| h.get(k).is_some_and(|hv| hv == v || resolved(v, hv))),
+        (Value::Array(w), Value::Array(h)) => {
+            w.len() == h.len() && w.iter().zip(h).all(|(a, b)| a == b || resolved(a, b))
+        }
+        _ => false,
+    }
 }

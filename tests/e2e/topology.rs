@@ -184,3 +184,17 @@ pub async fn none_binds_for(s: &Scope, job: &str, secs: u64) {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
+
+/// The PodGroup writes podgroup-sync sent so far of `op` (`create`, `update`) on `backend`.
+pub fn writes(s: &Scope, backend: &str, op: &str) -> f64 {
+    s.env
+        .controller
+        .lock()
+        .map(|c| {
+            c.metric(
+                "podgroup_sync_podgroup_writes_total",
+                &[("backend", backend), ("op", op)],
+            )
+        })
+        .unwrap_or_default()
+}

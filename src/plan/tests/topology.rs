@@ -443,3 +443,57 @@ fn rule_13_an_unschedulable_gang_held_to_a_domain_is_told_so_beside_the_schedule
         .1;
     assert!(!note.contains("holds the gang"), "{note}");
 }
+
+#[test]
+fn rule_13_volcanos_own_rewrite_of_tier_names_into_numbers_is_accepted_not_undone() {
+    let j = topology_job("volcano", 16, json!({REQUIRED: BLOCK}), slices_of_8());
+    let w = plan_of(&j, &served_all(), &with_webhook())
+        .write()
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        w.body["metadata"]["annotations"]["podgroup-sync.io/tier-names"],
+        format!("networkTopology={BLOCK},worker={RACK}")
+    );
+    // What Volcano's scheduler writes back: the names resolved into tier numbers.
+    let mut pg = stored(
+        &w,
+        json!({"phase": "Pending", "conditions": [{"type": "Unschedulable", "status": "True",
+            "reason": "NotEnoughResources", "message": "16/16 tasks in gang unschedulable"}]}),
+    );
+    pg["spec"]["networkTopology"] = json!({"mode": "hard", "highestTierAllowed": 2});
+    pg["spec"]["subGroupPolicy"][0]["networkTopology"] =
+        json!({"mode": "hard", "highestTierAllowed": 1});
+    let cached = served_all().with(BackendKind::Volcano, pg.clone());
+    let p = plan_of(&j, &cached, &with_webhook());
+    assert!(
+        p.write().is_none(),
+        "the rewrite says the same: {:?}",
+        p.write()
+    );
+    let note = &p
+        .events
+        .iter()
+        .find(|(r, _)| *r == Reason::GangUnschedulable)
+        .expect("GangUnschedulable")
+        .1;
+    assert!(
+        note.contains(&format!(
+            "all its pods in one domain of {BLOCK}, each sub-group worker of 8 pods in one domain \
+             of {RACK}"
+        )),
+        "the names asked for, not the numbers: {note}"
+    );
+    // The job asks for another domain now: the stored numbers were resolved from other names.
+    let other = topology_job("volcano", 16, json!({REQUIRED: RACK}), slices_of_8());
+    let w = plan_of(&other, &cached, &with_webhook()).write().cloned();
+    let w = w.expect("an update");
+    assert_eq!(
+        w.body["spec"]["networkTopology"],
+        json!({"mode": "hard", "highestTierName": RACK})
+    );
+    // A rewrite that changed more than the names (the mode) is undone.
+    pg["spec"]["networkTopology"] = json!({"mode": "soft", "highestTierAllowed": 2});
+    let cached = served_all().with(BackendKind::Volcano, pg);
+    assert!(plan_of(&j, &cached, &with_webhook()).write().is_some());
+}
