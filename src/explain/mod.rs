@@ -259,11 +259,7 @@ pub fn explain_job(
     // Offline, a PriorityClass that was not given may still exist.
     let exists = |c: &str| !around.from_cluster || priorities.contains(c);
     let (name, name_warnings) = backend::name_and_checks(b, &job, &exists)?;
-    // A job of one gang per group: every group's PodGroup is the first's but for its name.
-    let names: Vec<String> = match job.groups {
-        None => vec![name.clone()],
-        Some(n) => (0..n).map(|i| backend::group_name(&name, i)).collect(),
-    };
+    let names = group_names(&job, &name);
     let first = names.first().cloned().unwrap_or_else(|| name.clone());
     // Beside Kueue: a Volcano gang's minResources capped at the admission, as the controller does.
     let admission = kueue::admission(&job, around);
@@ -288,10 +284,9 @@ pub fn explain_job(
         backend_kind,
         admission.as_ref(),
     );
-    let shown = if job.groups.is_some() {
-        format!("{name}-<group index>")
-    } else {
-        name.clone()
+    let shown = match job.groups {
+        Some(_) => format!("{name}-<group index>"),
+        None => name.clone(),
     };
     topology::describe(&mut out, &job, &gang, backend_kind, around, opts);
     describe_webhook(&mut out, b, &job, &gang, &shown, opts);
@@ -308,6 +303,15 @@ pub fn explain_job(
         backend: backend_kind,
         job,
     })
+}
+
+/// The PodGroups of a job: `name` alone, or of a job of one gang per group, every group's
+/// (the first's but for its name).
+fn group_names(job: &job::Job, name: &str) -> Vec<String> {
+    match job.groups {
+        None => vec![name.to_string()],
+        Some(n) => (0..n).map(|i| backend::group_name(name, i)).collect(),
+    }
 }
 
 /// The gang's reasoning lines: the groups, minMember, minResources, the surroundings read and

@@ -397,32 +397,18 @@ fn rule_13_an_unschedulable_gang_held_to_a_domain_is_told_so_beside_the_schedule
         "{note}"
     );
     // Slices name their sub-group; a gang without a topology hears only the scheduler.
-    let j = topology_job("volcano", 16, json!({}), slices_of_8());
-    let w = plan_of(&j, &served_all(), &with_webhook())
-        .write()
-        .cloned()
-        .unwrap();
-    let pg = stored(
-        &w,
-        json!({"conditions": [{"type": "Unschedulable", "status": "True", "message": "m"}]}),
-    );
-    let p = plan_of(
-        &j,
-        &served_all().with(BackendKind::Volcano, pg),
-        &with_webhook(),
-    );
-    let note = &p
-        .events
-        .iter()
-        .find(|(r, _)| *r == Reason::GangUnschedulable)
-        .unwrap()
-        .1;
+    let sliced = unschedulable_note(&topology_job("volcano", 16, json!({}), slices_of_8()));
     assert!(
-        note.contains("each sub-group worker of 8 pods in one domain of"),
-        "{note}"
+        sliced.contains("each sub-group worker of 8 pods in one domain of"),
+        "{sliced}"
     );
-    let plain = topology_job("volcano", 4, json!({}), json!({}));
-    let w = plan_of(&plain, &served_all(), &with_webhook())
+    let plain = unschedulable_note(&topology_job("volcano", 4, json!({}), json!({})));
+    assert!(!plain.contains("holds the gang"), "{plain}");
+}
+
+/// The GangUnschedulable note of job `j` once Volcano says its PodGroup is unschedulable.
+fn unschedulable_note(j: &Value) -> String {
+    let w = plan_of(j, &served_all(), &with_webhook())
         .write()
         .cloned()
         .unwrap();
@@ -431,17 +417,15 @@ fn rule_13_an_unschedulable_gang_held_to_a_domain_is_told_so_beside_the_schedule
         json!({"conditions": [{"type": "Unschedulable", "status": "True", "message": "m"}]}),
     );
     let p = plan_of(
-        &plain,
+        j,
         &served_all().with(BackendKind::Volcano, pg),
         &with_webhook(),
     );
-    let note = &p
-        .events
-        .iter()
+    p.events
+        .into_iter()
         .find(|(r, _)| *r == Reason::GangUnschedulable)
-        .unwrap()
-        .1;
-    assert!(!note.contains("holds the gang"), "{note}");
+        .expect("GangUnschedulable")
+        .1
 }
 
 #[test]
