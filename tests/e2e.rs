@@ -900,11 +900,13 @@ const SLICED_RUNS: usize = 20;
 /// a topology the 16 one-GPU workers of a PyTorchJob spread over the racks; with
 /// `podset-slice-required-topology: rack` and `podset-slice-size: 8` on the Worker template, each
 /// slice (replica index / 8) lands in one rack, in every one of 20 runs, its pods labelled with
-/// their slice by the webhook; a job of 12 requiring one rack (8 GPUs each) binds nothing and
-/// says why. scheduler-plugins: the same sliced job runs (the backend has no topology) and is
+/// their slice by the webhook; a JobSet of 2 Jobs × 4 two-GPU pods in slices of 4 has each Job
+/// in one rack; a job of 12 requiring one rack (8 GPUs each) binds nothing and says why. scheduler-plugins: the same sliced job runs (the backend has no topology) and is
 /// told once, in a Normal Event, that its topology is not enforced.
 async fn s_a_sliced_job_lands_each_slice_in_one_rack(backend: Backend) {
     use topology::{RACK, delete_and_drain, racks_per_slice};
+    const RACK_SLICE: &str = "kueue.x-k8s.io/podset-slice-required-topology";
+    const SLICE_SIZE: &str = "kueue.x-k8s.io/podset-slice-size";
     let _turn = exclusive().await;
     let mut s = Scope::new(&format!("e2e-s-{}", tag(backend)), true).await;
     let ns = s.ns.clone();
@@ -990,6 +992,43 @@ async fn s_a_sliced_job_lands_each_slice_in_one_rack(backend: Backend) {
         "[{ns}] {SLICED_RUNS} of {SLICED_RUNS} runs: each slice in one rack; created to all \
          running in {mean:.1?} on average"
     );
+
+    // A JobSet of 2 Jobs × 4 two-GPU pods in slices of 4: each Job (its pods' Job index × 4 +
+    // completion index, / 4) fills one rack.
+    let js = format!("js-{}", s.id);
+    let mut m = jobset(link, &js, s.pool(), &[("w", 2, 4, 2)], json!({}));
+    m["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"]["annotations"]
+        [RACK_SLICE] = json!(RACK);
+    m["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"]["annotations"]
+        [SLICE_SIZE] = json!("4");
+    s.create(&ns, Kind::JobSet, &m).await;
+    let pods = s.wait_all_running(&ns, &js, 8).await;
+    let mut by_job: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        Default::default();
+    for p in &pods {
+        let job = topology::label(p, "jobset.sigs.k8s.io/job-index").unwrap_or("?");
+        assert_eq!(
+            topology::label(p, "podgroup-sync.io/slice"),
+            Some(job),
+            "a JobSet pod's slice is its Job's index"
+        );
+        let node = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_default();
+        by_job
+            .entry(job.to_string())
+            .or_default()
+            .insert(racks.rack_of[&node].clone());
+    }
+    assert!(
+        by_job.len() == 2 && by_job.values().all(|r| r.len() == 1),
+        "each Job of the JobSet in one rack: {by_job:?} {:?}",
+        names_of(&pods)
+    );
+    eprintln!("[{ns}] JobSet in slices of one Job: racks {by_job:?}");
+    delete_and_drain(&s, Kind::JobSet, &js).await;
 
     // 12 pods in one rack of 8 GPUs: nothing binds, the job says why.
     let job = format!("rack-{}", s.id);

@@ -83,7 +83,9 @@ const MAX_PICKED: usize = 64;
 
 /// Whether the decision can read this label or annotation key: the Kubeflow operators' labels,
 /// the label each kind's operator names its object by and those naming a pod's set (a JobSet's
-/// replicated job, a Ray group, an LWS group and a pod's index in it), every backend's link key and the native link's marker.
+/// replicated job, a Ray group, an LWS group and a pod's index in it), the indices slices are
+/// cut by and the placement labels (SPEC §13), every backend's link key and the native link's
+/// marker.
 pub fn read_key(key: &str) -> bool {
     key.starts_with("training.kubeflow.org/")
         || crate::kinds::KINDS.iter().any(|k| k.pod_label == key)
@@ -91,6 +93,11 @@ pub fn read_key(key: &str) -> bool {
         || key == crate::kinds::ray::RAY_GROUP_LABEL
         || key == crate::kinds::lws::GROUP_INDEX_LABEL
         || key == crate::kinds::lws::WORKER_INDEX_LABEL
+        // SPEC §13: the pod indices slices are cut by, and the placement labels themselves.
+        || key == crate::kinds::jobset::JOB_INDEX_LABEL
+        || key == crate::kinds::batch_job::COMPLETION_INDEX_LABEL
+        || key == crate::topology::POD_SET_LABEL
+        || key == crate::topology::SLICE_LABEL
         || key == crate::backend::LINKED_ANNOTATION
         || crate::backend::BACKENDS.iter().any(|b| {
             matches!(b.backend().link_key(),
@@ -320,6 +327,23 @@ mod tests {
             parse(empty).unwrap_err(),
             "the AdmissionReview has no request"
         );
+    }
+
+    /// SPEC §13: the indices slices are cut by survive the parse (without them no pod got its
+    /// slice label and a sliced JobSet's gang could never be placed: found end to end).
+    #[test]
+    fn rule_13_the_index_labels_slices_are_cut_by_are_read() {
+        for key in [
+            "jobset.sigs.k8s.io/job-index",
+            "batch.kubernetes.io/job-completion-index",
+            "training.kubeflow.org/replica-index",
+            "leaderworkerset.sigs.k8s.io/worker-index",
+            "podgroup-sync.io/pod-set",
+            "podgroup-sync.io/slice",
+        ] {
+            assert!(read_key(key), "{key}");
+        }
+        assert!(!read_key("app.kubernetes.io/name"));
     }
 
     /// The labels the pod-link decision reads survive the parse: a JobSet's pod is found
