@@ -18,16 +18,14 @@
 //! group's StatefulSet. A leader's `group-index` label is added by LWS's own pod webhook, which
 //! may run after podgroup-sync's, so the webhook takes a leader's group from its name.
 
-use std::collections::BTreeMap;
-
 use serde_json::Value;
 
 use super::template::{count, pod_template, text};
+use crate::workload::object_at;
 use crate::workload::{
     InvalidJob, JobKind, KindRules, MinMemberRule, ObjectIdentity, PodSet, SchedulingPolicy, Shape,
     condition_true,
 };
-use crate::workload::{index_label, object_at};
 
 pub const LEADERWORKERSET: JobKind = JobKind {
     kind: "LeaderWorkerSet",
@@ -54,20 +52,6 @@ pub const WORKER: &str = "worker";
 pub struct LeaderWorkerSetRules;
 
 impl KindRules for LeaderWorkerSetRules {
-    /// Each pod of a group carries its worker index (the leader 0, its workers 1 to size − 1).
-    fn indexes_pods(&self) -> bool {
-        true
-    }
-
-    /// The leader is the only pod of its set; a worker's index is its worker index − 1.
-    fn pod_index(&self, set: &PodSet, labels: &BTreeMap<String, String>) -> Option<u64> {
-        let worker = index_label(labels, WORKER_INDEX_LABEL)?;
-        match set.name.as_str() {
-            LEADER => (worker == 0).then_some(0),
-            _ => worker.checked_sub(1),
-        }
-    }
-
     fn read(
         &self,
         _kind: &'static JobKind,

@@ -239,42 +239,4 @@ mod tests {
             );
         }
     }
-
-    #[test]
-    fn rule_13_an_lws_worker_is_sliced_by_its_worker_index_the_leader_is_index_0_of_its_own() {
-        use crate::kinds::LEADERWORKERSET;
-        use crate::kinds::lws::WORKER_INDEX_LABEL;
-        let pod_template = |a: serde_json::Value| json!({"metadata": {"annotations": a}, "spec": {"containers": [{"name": "c", "image": "i"}]}});
-        let job = normalize(
-            &LEADERWORKERSET,
-            &json!({"metadata": {"name": "serve", "namespace": "ns", "uid": "u"},
-                "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 5,
-                    "leaderTemplate": pod_template(json!({})),
-                    "workerTemplate": pod_template(json!({SLICE_REQUIRED: "nvlink", SLICE_SIZE: "2"}))}}}),
-        )
-        .unwrap();
-        let gang = gang_of(&job);
-        for (worker, slice) in [("1", "0"), ("2", "0"), ("3", "1"), ("4", "1")] {
-            let pod = labelled(&[(WORKER_INDEX_LABEL, worker)]);
-            let got = labels(
-                BackendKind::Volcano,
-                &job,
-                &gang,
-                Some("worker"),
-                Some(&pod),
-            );
-            assert_eq!(got[1], (SLICE_LABEL, slice.to_string()), "worker {worker}");
-        }
-        let leader = labelled(&[(WORKER_INDEX_LABEL, "0")]);
-        assert!(
-            labels(
-                BackendKind::Volcano,
-                &job,
-                &gang,
-                Some("leader"),
-                Some(&leader)
-            )
-            .is_empty()
-        );
-    }
 }
