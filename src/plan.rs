@@ -395,13 +395,8 @@ fn plan_active(input: &Input, mode: Mode, job: &Job, t: Target) -> Plan {
     for spec in ours_spec {
         let changes = backend::immutable_changes(backend, job, gang, spec, opts);
         // A field the cluster drops is reported as such (plan_pod_group), not as a change.
-        let dropped = |w: &String| {
-            input
-                .dropped
-                .iter()
-                .any(|(b, f)| *b == backend_kind && w.starts_with(&format!("{f} ")))
-        };
-        for w in changes.into_iter().filter(|w| !dropped(w)) {
+        let dropped = |f: &str| input.dropped.contains(&(backend_kind, f.to_string()));
+        for (_, w) in changes.into_iter().filter(|(f, _)| !dropped(f)) {
             if !warnings.contains(&w) {
                 warnings.push(w);
             }
@@ -542,33 +537,8 @@ fn plan_pod_group(
     let mut desired =
         backend::desired_object(backend, job, gang, name, existing_spec, freeze, opts);
     crate::dropped::strip(&mut desired, backend_kind, input.dropped);
-    // What the job asks for in a field the cluster drops (an immutable one is already out of
-    // the desired object when the stored PodGroup lacks it).
-    let lost: Vec<&str> = input
-        .dropped
-        .iter()
-        .filter(|(b, _)| *b == backend_kind)
-        .map(|(_, f)| f.as_str())
-        .filter(|f| {
-            backend
-                .spec(job, gang, existing_spec, opts)
-                .get(*f)
-                .is_some()
-        })
-        .collect();
-    if !lost.is_empty() {
-        plan.events.push((
-            Reason::GangSpecWarning,
-            format!(
-                "the cluster's {backend_kind} PodGroups drop spec.{}: the API server does not keep \
-                 {} ({}), so what the job asks there is not enforced and not sent again",
-                lost.join(", spec."),
-                if lost.len() == 1 { "it" } else { "them" },
-                lost.iter()
-                    .find_map(|f| backend.dropped_hint(f))
-                    .unwrap_or("a PodGroup CRD older than the field, or a feature gate off"),
-            ),
-        ));
+    if let Some(note) = dropped_note(input, job, gang, backend_kind, existing_spec) {
+        plan.events.push((Reason::GangSpecWarning, note));
     }
     let running = existing
         .as_ref()
@@ -614,6 +584,45 @@ fn plan_pod_group(
         }
     }
     status(input, plan, backend_kind, &pg, gang.min_member)
+}
+
+/// What the job asks for in fields the cluster drops (see `dropped`), said once; `None` when it
+/// asks for none. The backend's own spec is read, not the desired object: an immutable field is
+/// already out of that when the stored PodGroup lacks it.
+fn dropped_note(
+    input: &Input,
+    job: &Job,
+    gang: &Gang,
+    backend_kind: BackendKind,
+    existing_spec: Option<&Value>,
+) -> Option<String> {
+    let fields: Vec<&str> = input
+        .dropped
+        .iter()
+        .filter(|(b, _)| *b == backend_kind)
+        .map(|(_, f)| f.as_str())
+        .collect();
+    if fields.is_empty() {
+        return None;
+    }
+    let backend = backend_kind.backend();
+    let wanted = backend.spec(job, gang, existing_spec, &input.settings.backend_options);
+    let lost: Vec<&str> = fields
+        .into_iter()
+        .filter(|f| wanted.get(*f).is_some())
+        .collect();
+    let hint = lost
+        .iter()
+        .find_map(|f| backend.dropped_hint(f))
+        .unwrap_or("a PodGroup CRD older than the field, or a feature gate off");
+    (!lost.is_empty()).then(|| {
+        format!(
+            "the cluster's {backend_kind} PodGroups drop spec.{}: the API server does not keep {} \
+             ({hint}), so what the job asks there is not enforced and not sent again",
+            lost.join(", spec."),
+            if lost.len() == 1 { "it" } else { "them" },
+        )
+    })
 }
 
 /// Adds the write, unless the PodGroup's schema refused this very object for the job before:

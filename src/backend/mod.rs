@@ -517,7 +517,7 @@ pub fn name_and_checks(
 }
 
 /// What the job asks for in fields the existing PodGroup (its `spec`, `existing`) can no longer
-/// change (the PodGroup keeps its values), one message per field. A field the job leaves unset
+/// change (the PodGroup keeps its values), one message per field, with the field. A field the job leaves unset
 /// is no change: the API server may have filled it in (the native PodGroup's default priority
 /// class). Backends without immutable fields cost nothing here.
 pub fn immutable_changes(
@@ -526,7 +526,7 @@ pub fn immutable_changes(
     gang: &Gang,
     existing: &Value,
     opts: &BackendOptions,
-) -> Vec<String> {
+) -> Vec<(&'static str, String)> {
     let fields = backend.immutable_fields();
     if fields.is_empty() {
         return Vec::new();
@@ -542,12 +542,13 @@ pub fn immutable_changes(
                     .immutable_hint(f, have)
                     .map(|h| format!(" ({h})"))
                     .unwrap_or_default();
-                format!(
+                let message = format!(
                     "{f} cannot change on an existing {} PodGroup: it keeps {}, the job asks for \
                      {want}{hint}; suspend and resume the job to recreate the PodGroup",
                     backend.kind(),
                     have.map(Value::to_string).unwrap_or_else(|| "none".into()),
-                )
+                );
+                (*f, message)
             })
         })
         .collect()
