@@ -146,6 +146,22 @@ async fn gang_waits_whole_then_runs_whole(
         names_of(&waiting),
         s.diagnostics()
     );
+    // The first thing a user types when a job is Pending.
+    let status = s
+        .env
+        .cluster
+        .kubectl_plugin(&["status", &format!("{ns}/{job}")]);
+    eprintln!("[{ns}] kubectl podgroup-sync status {ns}/{job}:\n{status}");
+    assert!(
+        status.contains(&format!("{pods} (0 Running, {pods} Pending")),
+        "{status}"
+    );
+    assert!(
+        ["GangWaiting", "GangUnschedulable"]
+            .iter()
+            .any(|r| status.contains(&format!("Blocked by: {r} ("))),
+        "podgroup-sync's own report of the waiting gang: {status}"
+    );
     s.add_node(1).await;
     let running = s.wait_all_running(&ns, job, pods).await;
     eprintln!(

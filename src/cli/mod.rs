@@ -2,8 +2,10 @@
 //! with its help, and the settings the flags make. [`run`] starts the controller from them,
 //! [`explain`] answers `explain`.
 
+pub mod check;
 pub mod explain;
 pub mod run;
+pub mod status;
 
 use crate::backend::{BackendKind, BackendOptions};
 use crate::enablement::{Enablement, Mode};
@@ -14,9 +16,13 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Gang-scheduling PodGroups for Kubeflow training jobs (PyTorchJob, TFJob, MPIJob, XGBoostJob,
-/// PaddleJob, JAXJob), owned by a standalone controller, for scheduler-plugins coscheduling and
-/// Volcano.
+/// The file name kubectl's plugin convention wants for `kubectl podgroup-sync` (a link to this
+/// binary; `make install` and the image put it beside it).
+pub const PLUGIN_NAME: &str = "kubectl-podgroup_sync";
+
+/// Gang-scheduling PodGroups for training and serving workloads (the Kubeflow training jobs,
+/// JobSet, Trainer v2, LeaderWorkerSet, Ray), owned by a standalone controller, for
+/// scheduler-plugins coscheduling, Volcano and Kubernetes' own gang scheduling.
 #[derive(Parser, Debug)]
 #[command(name = "podgroup-sync", version, about, long_about = None, args_conflicts_with_subcommands = true)]
 pub struct Cli {
@@ -33,6 +39,13 @@ pub enum Command {
     /// Print the PodGroup a job would get, and why: offline from manifests, with a cluster's
     /// context (--kubeconfig), or for a job in the cluster compared with its PodGroup (--job).
     Explain(ExplainArgs),
+    /// A job's gang, its PodGroup, its pods, the last Events and what blocks it (the first thing
+    /// to type when a job is Pending).
+    Status(StatusArgs),
+    /// Check an installation from inside the cluster (the chart's `helm test`): the controller
+    /// is Ready, its webhook answers with a certificate its configuration's caBundle verifies,
+    /// and its ServiceAccount holds every permission its flags need.
+    Check(CheckArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -337,8 +350,11 @@ pub struct ExplainArgs {
     /// Manifests (YAML or JSON, several documents each; "-" reads standard input): one job, and
     /// optionally the PriorityClasses, LimitRanges, RuntimeClasses, Nodes and Namespace around
     /// it. Repeatable.
-    #[arg(short = 'f', long = "filename", required_unless_present = "job")]
+    #[arg(short = 'f', long = "filename", required_unless_present_any = ["job", "target"])]
     pub files: Vec<PathBuf>,
+    /// NAMESPACE/NAME: the same as --job (`kubectl podgroup-sync explain NAMESPACE/NAME`).
+    #[arg(value_name = "NAMESPACE/NAME", conflicts_with_all = ["files", "job"])]
+    pub target: Option<String>,
     /// Read the PriorityClasses, LimitRanges, RuntimeClasses, the Namespace and (if allowed) the
     /// Nodes from this cluster instead of assuming none.
     #[arg(long)]
@@ -356,6 +372,43 @@ pub struct ExplainArgs {
     pub backend: Option<BackendKind>,
     #[command(flatten)]
     pub backend_args: BackendArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    /// The job (any managed kind).
+    #[arg(value_name = "NAMESPACE/NAME")]
+    pub job: String,
+    /// The cluster (default: $KUBECONFIG, else ~/.kube/config, else the service account).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The enablement annotation key the controller runs with.
+    #[arg(long, default_value = "podgroup-sync.io/enabled")]
+    pub annotation_key: String,
+    /// How many of the newest Events (on the job, its PodGroup and its pods) to show.
+    #[arg(long, default_value_t = 10)]
+    pub events: usize,
+    /// Backend to look for (default: chosen as the controller would).
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendKind>,
+    #[command(flatten)]
+    pub backend_args: BackendArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// The namespace of the installation.
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub namespace: String,
+    /// The controller's Deployment (its flags say what to check).
+    #[arg(long)]
+    pub deployment: String,
+    /// The Service in front of /metrics and /readyz, if the chart made one.
+    #[arg(long)]
+    pub metrics_service: Option<String>,
+    /// The MutatingWebhookConfiguration of the pod-link webhook (default: the Deployment's name).
+    #[arg(long)]
+    pub webhook_configuration: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

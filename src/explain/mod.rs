@@ -18,6 +18,7 @@ use crate::webhook::link::{self, PodView};
 pub mod cluster;
 pub mod compare;
 pub mod kueue;
+pub mod status;
 pub mod surroundings;
 pub mod topology;
 

@@ -149,6 +149,40 @@ impl Cluster {
         (writes("podgroups"), writes("events"))
     }
 
+    /// `kubectl podgroup-sync ARGS...` as a user runs it: this build's binary through a link
+    /// named as kubectl's plugin convention wants (`kubectl-podgroup_sync`) on `PATH`, the
+    /// cluster through `KUBECONFIG` (kubectl passes no flags of its own to a plugin). Panics
+    /// unless it succeeds; returns stdout.
+    pub fn kubectl_plugin(&self, args: &[&str]) -> String {
+        let dir = std::env::temp_dir().join(format!("pgs-plugin-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("plugin dir");
+        let link = dir.join("kubectl-podgroup_sync");
+        if !link.exists() {
+            std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_podgroup-sync"), &link)
+                .expect("plugin link");
+        }
+        let path = format!(
+            "{}:{}",
+            dir.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let out = Command::new(self.bin_dir.join("kubectl"))
+            .arg("podgroup-sync")
+            .args(args)
+            .env("PATH", path)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .output()
+            .expect("run kubectl");
+        assert!(
+            out.status.success(),
+            "kubectl podgroup-sync {} failed ({}):\n{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// Like [`Cluster::kubectl`], but panics (with stderr) unless kubectl succeeds; returns stdout.
     pub fn kubectl_ok(&self, args: &[&str]) -> String {
         let out = self.kubectl(args);
