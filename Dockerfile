@@ -5,6 +5,7 @@
 # (hack/image.sh); tests/node.rs checks that the two agree.
 #
 #   docker build -t <registry>/podgroup-sync:<version> .
+#   docker buildx build --platform linux/amd64,linux/arm64 -t <registry>/podgroup-sync:<version> .
 
 ARG RUST_VERSION=1.95
 
@@ -23,11 +24,13 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     triple=$(rustc -vV | sed -n 's/^host: //p') \
  && RUSTFLAGS="-C target-feature=+crt-static" \
     cargo build --release --locked --target "$triple" --bin podgroup-sync \
- && install -D -m 0755 "target/$triple/release/podgroup-sync" /out/podgroup-sync
+ && install -D -m 0755 "target/$triple/release/podgroup-sync" /out/podgroup-sync \
+ && ln -s podgroup-sync /out/kubectl-podgroup_sync
 
 # TLS is rustls with ring; the API server's CA comes from the service-account mount.
 FROM scratch
-COPY --from=build /out/podgroup-sync /usr/local/bin/podgroup-sync
+# The binary and kubectl's plugin link to it (kubectl-podgroup_sync), the link kept as a link.
+COPY --from=build /out/ /usr/local/bin/
 # Numeric, so runAsNonRoot can verify it.
 USER 65532:65532
 EXPOSE 8080 9443

@@ -8,7 +8,10 @@
 #   make native the native-backend tier: the control-plane tests and the end-to-end scenarios on
 #               Kubernetes 1.37 with the GenericWorkload gate (kube-scheduler's own gang
 #               scheduling), built from the Go proxy like the 1.34 binaries
-#   make image  the container image as an OCI archive (target/image/), no registry needed
+#   make install the binary and the kubectl plugin's link to it into $(PREFIX)/bin (default
+#               /usr/local): `kubectl podgroup-sync status NS/JOB` then works
+#   make image  the container image for linux/amd64 and linux/arm64 as one OCI archive
+#               (target/image/), no registry needed, with an SPDX SBOM beside it
 #   make node   the node tier: the image and the chart run by a real kubelet (containerd, runc,
 #               CNI from Debian; kubelet, kube-proxy, kube-scheduler from the Go proxy) inside a
 #               network namespace of its own
@@ -16,7 +19,7 @@
 #               training-operator and mpi-operator (gang mode off), the JobSet controller, the
 #               LeaderWorkerSet controller, the KubeRay operator, the Trainer v2 controller and
 #               Kueue, all built from the Go proxy
-.PHONY: test lint unit integration binaries faults e2e native node image demo build release
+.PHONY: test lint unit integration binaries faults e2e native node image demo build release install
 
 CARGO ?= cargo
 
@@ -60,6 +63,7 @@ image:
 # the tests run inside tests/node/netns.sh's namespace.
 node: binaries image
 	tests/node/get-node.sh >/dev/null
+	tests/node/get-previous.sh >/dev/null
 	tests/cluster/get-helm.sh >/dev/null
 	$(CARGO) test --test node --no-run
 	tests/node/netns.sh $(CARGO) test --test node -- --test-threads=1 --nocapture
@@ -69,6 +73,12 @@ build:
 
 release:
 	$(CARGO) build --release --locked
+
+# The binary, and kubectl's plugin: a link named as kubectl's convention wants, beside it.
+PREFIX ?= /usr/local
+install:
+	$(CARGO) install --locked --path . --root $(DESTDIR)$(PREFIX) --bin podgroup-sync
+	ln -sf podgroup-sync $(DESTDIR)$(PREFIX)/bin/kubectl-podgroup_sync
 
 demo: binaries
 	hack/demo.sh
