@@ -39,18 +39,26 @@ fn values_file(name: &str, yaml: &str) -> PathBuf {
 const RELEASE: &str = "pgs";
 const NAMESPACE: &str = "ops";
 
-/// The objects `helm template` renders for `values`, or helm's error.
+/// The objects `helm template` renders for `values` (the `helm test` hooks left out), or
+/// helm's error.
 fn template(name: &str, values: &str) -> Result<Rendered, String> {
+    template_with(name, values, &["--skip-tests"])
+}
+
+fn template_with(name: &str, values: &str, extra: &[&str]) -> Result<Rendered, String> {
     let file = values_file(name, values);
-    let out = run_helm(&[
+    let chart = chart_dir();
+    let mut args = vec![
         OsStr::new("template"),
         OsStr::new(RELEASE),
-        chart_dir().as_os_str(),
+        chart.as_os_str(),
         OsStr::new("--namespace"),
         OsStr::new(NAMESPACE),
         OsStr::new("--values"),
         file.as_os_str(),
-    ]);
+    ];
+    args.extend(extra.iter().map(OsStr::new));
+    let out = run_helm(&args);
     if !out.status.success() {
         return Err(helm_stderr(&out));
     }
@@ -1838,4 +1846,76 @@ async fn a_controller_managed_certificate_survives_the_rendering_applied_twice()
         "-f",
         &rendered.display().to_string(),
     ]);
+}
+
+/// The `helm test` hook: a pod running `podgroup-sync check` against this release from its own
+/// image, with a ServiceAccount and RBAC of its own that exist only during the test; nothing
+/// of it without `helmTest.enabled`.
+#[test]
+fn the_helm_test_hook_checks_the_release_with_rbac_of_its_own() {
+    let r = template_with("helm-test", DEFAULTS, &[]).unwrap();
+    let hooks: Vec<&Value> =
+        r.0.iter()
+            .filter(|d| d["metadata"]["annotations"]["helm.sh/hook"] == "test")
+            .collect();
+    let kinds: BTreeSet<&str> = hooks.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        BTreeSet::from([
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Pod",
+            "Role",
+            "RoleBinding",
+            "ServiceAccount"
+        ])
+    );
+    let pod = hooks.iter().find(|d| d["kind"] == "Pod").unwrap();
+    let spec = &pod["spec"];
+    assert_eq!(
+        spec["serviceAccountName"],
+        format!("{RELEASE}-podgroup-sync-test")
+    );
+    assert_eq!(spec["restartPolicy"], "Never");
+    let args: Vec<&str> = spec["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(args[0], "check");
+    assert!(
+        args.contains(&format!("--deployment={RELEASE}-podgroup-sync").as_str()),
+        "{args:?}"
+    );
+    assert!(args.contains(&format!("--webhook-configuration={RELEASE}-podgroup-sync").as_str()));
+    assert_eq!(
+        spec["containers"][0]["securityContext"]["readOnlyRootFilesystem"],
+        true
+    );
+    // The test's RBAC is deleted whatever the outcome; its pod stays for --logs.
+    for h in &hooks {
+        let policy = h["metadata"]["annotations"]["helm.sh/hook-delete-policy"]
+            .as_str()
+            .unwrap();
+        if h["kind"] == "Pod" {
+            assert_eq!(policy, "before-hook-creation");
+        } else {
+            assert!(
+                policy.contains("hook-succeeded") && policy.contains("hook-failed"),
+                "{h}"
+            );
+        }
+    }
+    let off = template_with(
+        "helm-test-off",
+        &format!("{DEFAULTS}\nhelmTest:\n  enabled: false\n"),
+        &[],
+    )
+    .unwrap();
+    assert!(
+        !off.0
+            .iter()
+            .any(|d| !d["metadata"]["annotations"]["helm.sh/hook"].is_null())
+    );
 }

@@ -90,6 +90,13 @@ fn start_node() -> Result<Node, String> {
             "{}=docker.io/library/{IMAGE_REPOSITORY}",
             archive.display()
         ))
+        // The previous release's image, which the upgrade starts from (same repository, its own
+        // tag).
+        .arg("--image")
+        .arg(format!(
+            "{}=docker.io/library/{IMAGE_REPOSITORY}",
+            previous_release().image
+        ))
         .arg("--owner-pid")
         .arg(std::process::id().to_string());
     support::run_start_script(command)
@@ -132,69 +139,133 @@ fn dockerfile_final(word: &str) -> Vec<String> {
 }
 
 #[test]
-fn the_image_is_the_dockerfiles_layout_static_and_non_root() {
+fn the_image_is_the_dockerfiles_layout_static_and_non_root_for_both_architectures() {
     let archive = image_archive();
     assert!(
         archive.is_file(),
         "{} is missing: run `make image`",
         archive.display()
     );
-    let index: Value = serde_json::from_slice(&archive_file(&archive, "./index.json")).unwrap();
-    let manifest: Value = serde_json::from_slice(&blob(
-        &archive,
-        index["manifests"][0]["digest"].as_str().unwrap(),
-    ))
-    .unwrap();
-    let config: Value = serde_json::from_slice(&blob(
-        &archive,
-        manifest["config"]["digest"].as_str().unwrap(),
-    ))
-    .unwrap();
-    let c = &config["config"];
+    // index.json names the tag; its one entry is the image index of the two platforms.
+    let top: Value = serde_json::from_slice(&archive_file(&archive, "./index.json")).unwrap();
+    let entries = top["manifests"].as_array().unwrap();
+    assert_eq!(entries.len(), 1, "{top}");
+    assert_eq!(
+        entries[0]["annotations"]["org.opencontainers.image.ref.name"],
+        env!("CARGO_PKG_VERSION")
+    );
+    assert_eq!(
+        entries[0]["mediaType"],
+        "application/vnd.oci.image.index.v1+json"
+    );
+    let index: Value =
+        serde_json::from_slice(&blob(&archive, entries[0]["digest"].as_str().unwrap())).unwrap();
+    let platforms: Vec<&str> = index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["platform"]["architecture"].as_str().unwrap())
+        .collect();
+    assert_eq!(platforms, ["amd64", "arm64"], "{index}");
 
     // The same user, entrypoint, command and binary path as the Dockerfile's final stage.
     assert_eq!(dockerfile_final("FROM"), vec!["scratch".to_string()]);
-    assert_eq!(
-        dockerfile_final("USER"),
-        vec![c["User"].as_str().unwrap().to_string()]
-    );
-    assert_eq!(
-        c["User"], "65532:65532",
-        "numeric, so runAsNonRoot can check it"
-    );
     let entrypoint: Value = serde_json::from_str(&dockerfile_final("ENTRYPOINT")[0]).unwrap();
     let cmd: Value = serde_json::from_str(&dockerfile_final("CMD")[0]).unwrap();
-    assert_eq!(c["Entrypoint"], entrypoint);
-    assert_eq!(c["Cmd"], cmd);
     assert_eq!(entrypoint, json!(["/usr/local/bin/podgroup-sync"]));
     assert!(
         dockerfile_final("COPY")
             .iter()
-            .any(|l| l.ends_with(" /usr/local/bin/podgroup-sync")),
+            .any(|l| l == "--from=build /out/ /usr/local/bin/"),
         "{:?}",
         dockerfile_final("COPY")
     );
+    for m in index["manifests"].as_array().unwrap() {
+        let arch = m["platform"]["architecture"].as_str().unwrap();
+        assert_eq!(m["platform"]["os"], "linux");
+        let manifest: Value =
+            serde_json::from_slice(&blob(&archive, m["digest"].as_str().unwrap())).unwrap();
+        let config: Value = serde_json::from_slice(&blob(
+            &archive,
+            manifest["config"]["digest"].as_str().unwrap(),
+        ))
+        .unwrap();
+        assert_eq!(config["architecture"], arch, "{config}");
+        let c = &config["config"];
+        assert_eq!(
+            dockerfile_final("USER"),
+            vec![c["User"].as_str().unwrap().to_string()]
+        );
+        assert_eq!(
+            c["User"], "65532:65532",
+            "numeric, so runAsNonRoot can check it"
+        );
+        assert_eq!(c["Entrypoint"], entrypoint);
+        assert_eq!(c["Cmd"], cmd);
 
-    // One layer, holding the binary and its directories only: no shell, no libc, nothing to
-    // write to (a read-only root filesystem loses nothing).
-    let layers = manifest["layers"].as_array().unwrap();
-    assert_eq!(layers.len(), 1, "{manifest}");
-    let dir = tempdir("image-layer");
-    let binary = only_the_static_binary(&archive, layers[0]["digest"].as_str().unwrap(), &dir);
-    let size = std::fs::metadata(&archive).unwrap().len();
-    let layer_size = layers[0]["size"].as_u64().unwrap();
+        // One layer, holding the binary, the kubectl plugin's link to it and their directories
+        // only: no shell, no libc, nothing to write to (a read-only root filesystem loses
+        // nothing).
+        let layers = manifest["layers"].as_array().unwrap();
+        assert_eq!(layers.len(), 1, "{manifest}");
+        let dir = tempdir(&format!("image-layer-{arch}"));
+        let binary =
+            only_the_static_binary(&archive, layers[0]["digest"].as_str().unwrap(), &dir, arch);
+        eprintln!(
+            "figure: image {arch}: compressed layer {:.1} MiB, binary {:.1} MiB",
+            layers[0]["size"].as_u64().unwrap() as f64 / 1048576.0,
+            std::fs::metadata(&binary).unwrap().len() as f64 / 1048576.0
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     eprintln!(
-        "figure: image archive {:.1} MiB (compressed layer {:.1} MiB; binary {:.1} MiB)",
-        size as f64 / 1048576.0,
-        layer_size as f64 / 1048576.0,
-        std::fs::metadata(&binary).unwrap().len() as f64 / 1048576.0
+        "figure: image archive {:.1} MiB (both architectures)",
+        std::fs::metadata(&archive).unwrap().len() as f64 / 1048576.0
     );
-    let _ = std::fs::remove_dir_all(&dir);
+    the_sbom_lists_the_crates_in_the_binary(&archive);
 }
 
-/// Unpacks the layer `digest` into `dir`, asserts it holds only the podgroup-sync binary (and its
-/// directories), statically linked and runnable; returns the binary's path.
-fn only_the_static_binary(archive: &Path, digest: &str, dir: &Path) -> PathBuf {
+/// The SPDX SBOM beside the archive names the crate and its locked dependencies.
+fn the_sbom_lists_the_crates_in_the_binary(archive: &Path) {
+    let path = archive.to_str().unwrap().replace(".oci.tar", ".spdx.json");
+    let sbom: Value = serde_json::from_slice(&std::fs::read(&path).expect("the SBOM")).unwrap();
+    assert_eq!(sbom["spdxVersion"], "SPDX-2.3");
+    let lock =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.lock")).unwrap();
+    let packages = sbom["packages"].as_array().unwrap();
+    for name in [
+        "podgroup-sync",
+        "kube-client",
+        "tokio",
+        "rustls",
+        "ring",
+        "prometheus",
+    ] {
+        let p = packages
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("{name} is not in the SBOM"));
+        let version = p["versionInfo"].as_str().unwrap();
+        assert!(
+            lock.contains(&format!("name = \"{name}\"\nversion = \"{version}\"")),
+            "{name} {version}: not the locked version"
+        );
+        assert_eq!(
+            p["externalRefs"][0]["referenceLocator"],
+            format!("pkg:cargo/{name}@{version}")
+        );
+    }
+    assert!(
+        !packages.iter().any(|p| p["name"] == "proptest"),
+        "a test-only crate is not in the binary"
+    );
+    eprintln!("figure: SBOM {path}: {} crates", packages.len());
+}
+
+/// Unpacks the layer `digest` into `dir`, asserts it holds only the podgroup-sync binary for
+/// `arch`, the kubectl plugin's link to it (and their directories), statically linked and
+/// runnable (arm64 under Debian's qemu-user-static); returns the binary's path.
+fn only_the_static_binary(archive: &Path, digest: &str, dir: &Path, arch: &str) -> PathBuf {
     let layer = dir.join("layer.tar.gz");
     std::fs::write(&layer, blob(archive, digest)).unwrap();
     // tar fails unless the layer is a valid tar.gz.
@@ -214,6 +285,7 @@ fn only_the_static_binary(archive: &Path, digest: &str, dir: &Path) -> PathBuf {
             "usr/",
             "usr/local/",
             "usr/local/bin/",
+            "usr/local/bin/kubectl-podgroup_sync",
             "usr/local/bin/podgroup-sync"
         ],
         "{files:?}"
@@ -226,17 +298,46 @@ fn only_the_static_binary(archive: &Path, digest: &str, dir: &Path) -> PathBuf {
             .arg(dir),
     );
     let binary = dir.join("usr/local/bin/podgroup-sync");
-    let headers = stdout_of(Command::new("readelf").arg("-l").arg(&binary));
+    let link = dir.join("usr/local/bin/kubectl-podgroup_sync");
+    assert_eq!(
+        std::fs::read_link(&link).unwrap(),
+        Path::new("podgroup-sync"),
+        "the plugin is a link to the binary beside it"
+    );
+    let headers = stdout_of(Command::new("readelf").arg("-hl").arg(&binary));
     let headers = String::from_utf8_lossy(&headers);
     assert!(headers.contains("LOAD"), "an ELF executable: {headers}");
+    let machine = match arch {
+        "amd64" => "X86-64",
+        _ => "AArch64",
+    };
+    assert!(headers.contains(machine), "{arch}: {headers}");
     assert!(
         !headers.contains("INTERP"),
         "statically linked (there is no loader in the image): {headers}"
     );
-    let version = Command::new(&binary).arg("--version").output().unwrap();
+    let run = |exe: &Path, args: &[&str]| -> std::process::Output {
+        let mut c = if arch == "amd64" {
+            Command::new(exe)
+        } else {
+            let mut c = Command::new("qemu-aarch64-static");
+            c.arg(exe);
+            c
+        };
+        c.args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("running the {arch} binary: {e}"))
+    };
+    let version = run(&binary, &["--version"]);
     assert!(
         String::from_utf8_lossy(&version.stdout).contains(env!("CARGO_PKG_VERSION")),
-        "{version:?}"
+        "{arch}: {version:?}"
+    );
+    // Through the link: kubectl's plugin, which wants a subcommand.
+    let plugin = run(&link, &["status", "--help"]);
+    assert!(
+        String::from_utf8_lossy(&plugin.stdout).contains("Usage: kubectl podgroup-sync status"),
+        "{arch}: {plugin:?}"
     );
     binary
 }
@@ -254,29 +355,55 @@ const RELEASE_NS: &str = "podgroup-sync-system";
 const FULLNAME: &str = "pgs-podgroup-sync";
 const WAIT: Duration = Duration::from_secs(120);
 
-fn helm_install(cluster: &Cluster) {
+/// The previous release (tests/node/get-previous.sh, built by `make node`): its chart and tag.
+struct Previous {
+    image: String,
+    chart: String,
+    tag: String,
+}
+
+fn previous_release() -> Previous {
+    let out = stdout_of(&mut Command::new(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node/get-previous.sh"),
+    ));
+    let text = String::from_utf8_lossy(&out);
+    let field = |k: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{k}=")))
+            .unwrap_or_else(|| panic!("get-previous.sh printed no {k}: {text}"))
+            .to_string()
+    };
+    Previous {
+        image: field("PREVIOUS_IMAGE"),
+        chart: field("PREVIOUS_CHART"),
+        tag: field("PREVIOUS_TAG"),
+    }
+}
+
+/// `helm install` or `helm upgrade` of the release with the values a user sets for a local
+/// image, waiting until every pod is Ready (the kubelet's own readiness probes).
+fn helm_release(cluster: &Cluster, verb: &str, chart: &str, tag: &str) {
     let out = run_helm(&[
-        "install",
+        verb,
         RELEASE,
-        chart_dir().to_str().unwrap(),
+        chart,
         "--namespace",
         RELEASE_NS,
         "--create-namespace",
         "--kubeconfig",
         cluster.kubeconfig.to_str().unwrap(),
         "--set",
-        &format!("image.tag={}", env!("CARGO_PKG_VERSION")),
+        &format!("image.tag={tag}"),
         "--set",
         "image.pullPolicy=Never",
         "--set",
         "replicas=2",
-        // helm returns once every pod is Ready: the kubelet's own readiness probes.
         "--wait",
         "--timeout=180s",
     ]);
     assert!(
         out.status.success(),
-        "helm install failed:\n{}\n{}\n{}",
+        "helm {verb} failed:\n{}\n{}\n{}",
         String::from_utf8_lossy(&out.stdout),
         helm_stderr(&out),
         String::from_utf8_lossy(
@@ -465,12 +592,33 @@ async fn the_chart_runs_under_the_kubelet_with_the_in_cluster_configuration() {
     let node = node();
     let cluster = &node.cluster;
     let client = cluster.client().await;
+    // The previous release first, with jobs; upgraded to this one with them running, rolled
+    // back, and upgraded again.
+    let previous = previous_release();
+    let current_chart = chart_dir().display().to_string();
+    let current_tag = env!("CARGO_PKG_VERSION");
     let started = Instant::now();
-    helm_install(cluster);
+    helm_release(cluster, "install", &previous.chart, &previous.tag);
     eprintln!(
-        "figure: helm install --wait: both pods Ready after {:.1} s",
+        "figure: helm install --wait of the previous release {}: both pods Ready after {:.1} s",
+        previous.tag,
         started.elapsed().as_secs_f64()
     );
+    let upgrades = Upgrades::start(cluster, &client).await;
+    upgrades
+        .across("upgrade", || {
+            helm_release(cluster, "upgrade", &current_chart, current_tag)
+        })
+        .await;
+    upgrades
+        .across("rollback", || helm_rollback(cluster, 1))
+        .await;
+    upgrades
+        .across("upgrade again", || {
+            helm_release(cluster, "upgrade", &current_chart, current_tag)
+        })
+        .await;
+    helm_test(cluster).await;
 
     // Running and Ready through the kubelet's probes, under the chart's security context.
     let pods = controller_pods(&client).await;
@@ -500,6 +648,365 @@ async fn the_chart_runs_under_the_kubelet_with_the_in_cluster_configuration() {
 
     leader_pod_deleted_hands_over(&client, &leader).await;
     stopping_the_node_leaves_nothing_behind(node);
+}
+
+// --- upgrades and rollbacks with jobs running --------------------------------------------------
+
+/// Jobs whose PodGroups the release keeps, and the pod the watcher creates through the webhook.
+struct Upgrades<'a> {
+    cluster: &'static Cluster,
+    client: &'a kube::Client,
+    ns: String,
+    jobs: Vec<(jobs::Kind, Backend, String)>,
+    pod: Pod,
+}
+
+/// What the watcher saw while a release changed.
+#[derive(Default, Debug)]
+struct Watched {
+    polls: u32,
+    /// (pod, leads?) in the order scraped.
+    leader_samples: Vec<(String, bool)>,
+    /// The Lease holders, each change once.
+    holders: Vec<String>,
+    creates: u32,
+    unlinked: Vec<String>,
+    failed: Vec<String>,
+}
+
+/// Two pods that led at once: pod X said it led in two scrapes in a row and another pod said
+/// it led in a scrape between them (the scrapes are in time order, so both led then).
+fn overlaps(samples: &[(String, bool)]) -> Vec<String> {
+    let mut led_since: std::collections::HashMap<&str, usize> = Default::default();
+    let mut last_lead: std::collections::HashMap<&str, usize> = Default::default();
+    let mut out = Vec::new();
+    for (j, (pod, leads)) in samples.iter().enumerate() {
+        if !*leads {
+            led_since.remove(pod.as_str());
+            continue;
+        }
+        // i: this pod's previous scrape, in which it led too.
+        if let Some(&i) = led_since.get(pod.as_str()) {
+            for (other, &m) in &last_lead {
+                if *other != pod.as_str() && m > i && m < j {
+                    out.push(format!("{pod} led at samples {i} and {j}, {other} at {m}"));
+                }
+            }
+        }
+        led_since.insert(pod, j);
+        last_lead.insert(pod, j);
+    }
+    out
+}
+
+#[test]
+fn overlapping_leaders_are_found_only_when_both_led_at_once() {
+    let s = |v: &[(&str, bool)]| -> Vec<(String, bool)> {
+        v.iter().map(|(p, l)| (p.to_string(), *l)).collect()
+    };
+    // A handover: a stops leading, then b leads.
+    assert!(
+        overlaps(&s(&[
+            ("a", true),
+            ("b", false),
+            ("a", false),
+            ("b", true),
+            ("a", false)
+        ]))
+        .is_empty()
+    );
+    // Sampled across the handover (a, then b after it): never two at once.
+    assert!(overlaps(&s(&[("a", true), ("b", true), ("a", false), ("b", true)])).is_empty());
+    // a led before and after b said it led.
+    assert_eq!(
+        overlaps(&s(&[("a", true), ("b", true), ("a", true)])).len(),
+        1
+    );
+}
+
+impl<'a> Upgrades<'a> {
+    async fn start(cluster: &'static Cluster, client: &'a kube::Client) -> Upgrades<'a> {
+        let ns = support::test_namespace(
+            client,
+            "node-upgrade",
+            &[("podgroup-sync.io/enabled", "true")],
+        )
+        .await;
+        let mut made = Vec::new();
+        for (i, (kind, backend)) in [
+            (jobs::Kind::PyTorchJob, Backend::SchedulerPlugins),
+            (jobs::Kind::PyTorchJob, Backend::Volcano),
+            (jobs::Kind::TFJob, Backend::SchedulerPlugins),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let name = format!("up-{i}");
+            jobs::create(client, &ns, kind, &jobs::job(kind, backend, &name, 3)).await;
+            made.push((kind, backend, name));
+        }
+        // The pod an operator would create during the upgrade, for a job whose templates carry
+        // no link: only the webhook links it.
+        let job = jobs::create(
+            client,
+            &ns,
+            jobs::Kind::PyTorchJob,
+            &unlinked(jobs::job(
+                jobs::Kind::PyTorchJob,
+                Backend::SchedulerPlugins,
+                "up-webhooked",
+                2,
+            )),
+        )
+        .await;
+        made.push((
+            jobs::Kind::PyTorchJob,
+            Backend::SchedulerPlugins,
+            "up-webhooked".to_string(),
+        ));
+        let pod = operator_pod(jobs::Kind::PyTorchJob, &job, "Worker", None);
+        let up = Upgrades {
+            cluster,
+            client,
+            ns,
+            jobs: made,
+            pod,
+        };
+        up.pod_groups().await;
+        up
+    }
+
+    /// Each job's PodGroup resourceVersion, once all exist.
+    async fn pod_groups(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (_, backend, name) in &self.jobs {
+            let api: Api<kube::api::DynamicObject> =
+                jobs::api(self.client, &self.ns, &backend.ar());
+            let pg = wait_for(&format!("PodGroup {name}"), WAIT, || async {
+                api.get_opt(name).await.ok().flatten()
+            })
+            .await;
+            out.push(pg.resource_version().unwrap_or_default());
+        }
+        out
+    }
+
+    /// Runs `change` (a helm upgrade or rollback) while a thread scrapes every controller pod's
+    /// leader gauge, follows the Lease and creates the operator's pod (dry run) through the
+    /// webhook every 100 ms; then waits for the new leader to have resynced every job and
+    /// asserts what an upgrade must keep.
+    async fn across(&self, what: &str, change: impl FnOnce()) {
+        let (writes_before, _) = self.cluster.pod_group_and_event_writes();
+        let versions_before = self.pod_groups().await;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let watcher = self.watch(stop.clone());
+        let started = Instant::now();
+        change();
+        let changed = started.elapsed();
+        let leader = self.resynced().await;
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let watched = watcher.join().expect("the watcher");
+        let (writes_after, _) = self.cluster.pod_group_and_event_writes();
+        let versions_after = self.pod_groups().await;
+        let two = overlaps(&watched.leader_samples);
+        eprintln!(
+            "figure: {what}: helm returned after {:.1} s, the new leader {leader} resynced after \
+             {:.1} s; {} polls, {} leader samples, holders {:?}, {} pods created through the \
+             webhook, {} unlinked, {} refused; PodGroup writes {}",
+            changed.as_secs_f64(),
+            started.elapsed().as_secs_f64(),
+            watched.polls,
+            watched.leader_samples.len(),
+            watched.holders,
+            watched.creates,
+            watched.unlinked.len(),
+            watched.failed.len(),
+            writes_after - writes_before
+        );
+        assert!(two.is_empty(), "{what}: two leaders at once: {two:?}");
+        assert!(
+            watched.holders.len() >= 2,
+            "{what}: the Lease was handed over (the leader's pod was replaced): {:?}",
+            watched.holders
+        );
+        assert!(
+            watched.creates >= 10,
+            "{what}: the watcher created pods throughout: {watched:?}"
+        );
+        assert!(
+            watched.unlinked.is_empty() && watched.failed.is_empty(),
+            "{what}: every pod created during it was linked: unlinked {:?}, refused {:?}",
+            watched.unlinked,
+            watched.failed
+        );
+        assert_eq!(
+            writes_after - writes_before,
+            0.0,
+            "{what}: the API server served PodGroup writes"
+        );
+        assert_eq!(
+            versions_before, versions_after,
+            "{what}: a PodGroup changed"
+        );
+    }
+
+    fn watch(
+        &self,
+        stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> std::thread::JoinHandle<Watched> {
+        let (cluster, ns, pod) = (self.cluster, self.ns.clone(), self.pod.clone());
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let client = cluster.client().await;
+                let mut w = Watched::default();
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    w.polls += 1;
+                    for p in controller_pods(&client).await {
+                        let Some(ip) = p.status.as_ref().and_then(|s| s.pod_ip.clone()) else {
+                            continue;
+                        };
+                        if let Some((200, body)) =
+                            http_get(format!("{ip}:8080").parse().unwrap(), "/metrics")
+                        {
+                            let leads = metric_sum(&body, "podgroup_sync_leader", &[]) == 1.0;
+                            w.leader_samples.push((p.name_any(), leads));
+                        }
+                    }
+                    if let Some(h) = lease_holder(&client).await
+                        && w.holders.last() != Some(&h)
+                    {
+                        w.holders.push(h);
+                    }
+                    let created = Api::<Pod>::namespaced(client.clone(), &ns)
+                        .create(
+                            &kube::api::PostParams {
+                                dry_run: true,
+                                ..Default::default()
+                            },
+                            &pod,
+                        )
+                        .await;
+                    match created {
+                        Ok(answered) => {
+                            w.creates += 1;
+                            if link_of(&answered, Backend::SchedulerPlugins).0.as_deref()
+                                != Some("up-webhooked")
+                            {
+                                w.unlinked.push(format!("poll {}", w.polls));
+                            }
+                        }
+                        Err(e) => w.failed.push(e.to_string()),
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                w
+            })
+        })
+    }
+
+    /// Waits until two Ready pods run, one holds the Lease, and its reconciles have covered
+    /// every job with nothing queued; the leader's name.
+    async fn resynced(&self) -> String {
+        wait_for("the new leader's resync", WAIT, || async {
+            let pods = controller_pods(self.client).await;
+            if pods.len() != 2 || !pods.iter().all(ready) {
+                return None;
+            }
+            let leader = lease_holder(self.client).await?;
+            let pod = pods.iter().find(|p| p.name_any() == leader)?;
+            let ip = pod.status.as_ref()?.pod_ip.clone()?;
+            let (_, body) = http_get(format!("{ip}:8080").parse().ok()?, "/metrics")?;
+            let reconciled = metric_sum(&body, "podgroup_sync_reconcile_total", &[]);
+            let queued = metric_sum(&body, "podgroup_sync_queued_jobs", &[]);
+            (metric_sum(&body, "podgroup_sync_leader", &[]) == 1.0
+                && reconciled >= self.jobs.len() as f64
+                && queued == 0.0)
+                .then_some(leader)
+        })
+        .await
+    }
+}
+
+fn helm_rollback(cluster: &Cluster, revision: u32) {
+    let out = run_helm(&[
+        "rollback",
+        RELEASE,
+        &revision.to_string(),
+        "--namespace",
+        RELEASE_NS,
+        "--kubeconfig",
+        cluster.kubeconfig.to_str().unwrap(),
+        "--wait",
+        "--timeout=180s",
+    ]);
+    assert!(
+        out.status.success(),
+        "helm rollback failed:\n{}",
+        helm_stderr(&out)
+    );
+}
+
+/// `helm test`: the chart's test pod checks the installation from inside the cluster; then,
+/// with a permission the controller needs taken away, it fails and names it.
+async fn helm_test(cluster: &Cluster) {
+    let test = || {
+        run_helm(&[
+            "test",
+            RELEASE,
+            "--namespace",
+            RELEASE_NS,
+            "--kubeconfig",
+            cluster.kubeconfig.to_str().unwrap(),
+            "--logs",
+            "--timeout=120s",
+        ])
+    };
+    let started = Instant::now();
+    let out = test();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        helm_stderr(&out)
+    );
+    eprintln!(
+        "figure: helm test passed in {:.1} s:\n{text}",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(out.status.success(), "helm test failed:\n{text}");
+    for check in [
+        "ok   Deployment podgroup-sync-system/pgs-podgroup-sync: 2 of 2 replicas Ready",
+        "ok   GET /readyz through Service",
+        "ok   MutatingWebhookConfiguration pgs-podgroup-sync:",
+        "answer over TLS verified against their caBundle",
+        "ok   RBAC of system:serviceaccount:podgroup-sync-system:",
+    ] {
+        assert!(text.contains(check), "{check}:\n{text}");
+    }
+    // The Lease rules taken away: the test fails and says which permission is missing.
+    let role = format!("{FULLNAME}-leader-election");
+    let saved = cluster.kubectl_ok(&["get", "role", "-n", RELEASE_NS, &role, "-o", "json"]);
+    cluster.kubectl_ok(&["delete", "role", "-n", RELEASE_NS, &role]);
+    let out = test();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        helm_stderr(&out)
+    );
+    let file = std::env::temp_dir().join(format!("pgs-role-{}.json", std::process::id()));
+    std::fs::write(&file, saved).unwrap();
+    cluster.kubectl_ok(&["create", "-f", file.to_str().unwrap()]);
+    assert!(
+        !out.status.success(),
+        "helm test passed without the Lease rules:\n{text}"
+    );
+    assert!(
+        text.contains("missing: create coordination.k8s.io/leases in podgroup-sync-system"),
+        "{text}"
+    );
 }
 
 /// What stop.sh promises: no process of the node (kubelet, kube-proxy, kube-scheduler,

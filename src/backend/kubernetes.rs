@@ -1,7 +1,7 @@
 //! Kubernetes' own gang scheduling: `scheduling.k8s.io/v1beta1` PodGroup, read by kube-scheduler's
 //! GangScheduling plugin (Kubernetes 1.37+, `GenericWorkload` gate; SPEC §9).
 //!
-//! Settled against the real 1.37 API server (see the README): a standalone PodGroup needs no
+//! Settled against the real 1.37 API server (see docs/usage.md): a standalone PodGroup needs no
 //! Workload object (`spec.workloadRef` is optional); `schedulingPolicy.gang.minCount` is the one
 //! mutable sizing field; `priorityClassName` is immutable and must name an existing
 //! PriorityClass (the Priority admission plugin refuses the PodGroup otherwise, and fills in the

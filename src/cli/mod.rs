@@ -313,6 +313,16 @@ pub struct WebhookArgs {
         default_value_t = 1000
     )]
     pub pod_group_wait_ms: u64,
+    /// Seconds the webhook keeps answering after SIGTERM, once the controllers have stopped and
+    /// the Lease is handed over: while the Service's endpoints and the nodes' proxies drop this
+    /// replica, calls still reach it; each answer then closes its connection, so the API server
+    /// opens the next one to another replica. Keep it below the pod's termination grace period.
+    #[arg(
+        long = "webhook-drain-seconds",
+        env = "PODGROUP_SYNC_WEBHOOK_DRAIN_SECONDS",
+        default_value_t = 5
+    )]
+    pub drain_seconds: u64,
     /// Manage the serving certificate in this Secret (NAMESPACE/NAME, which must exist; it may
     /// be empty) instead of reading --webhook-cert-file: the controller makes a CA of its own
     /// and a serving certificate for --webhook-cert-hosts, renews each at two thirds of its

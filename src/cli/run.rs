@@ -133,12 +133,13 @@ async fn controller_main(args: RunArgs) -> Result<(), Box<dyn std::error::Error>
         );
     }
     let (caches_tx, caches_rx) = watch::channel(None);
+    let mut draining = None;
     if args.webhook.serve {
         let certs = Certs {
             client: client.clone(),
             fence: fence.clone(),
         };
-        start_webhook(&args.webhook, &settings, caches_rx, &metrics, certs).await?;
+        draining = Some(start_webhook(&args.webhook, &settings, caches_rx, &metrics, certs).await?);
     }
     let events = Events::new(
         client.clone(),
@@ -188,7 +189,17 @@ async fn controller_main(args: RunArgs) -> Result<(), Box<dyn std::error::Error>
             caches: caches_tx,
         },
     );
-    until_stopped(run, election, release_tx).await
+    until_stopped(run, election, release_tx).await?;
+    if let Some(draining) = draining {
+        let drain = Duration::from_secs(args.webhook.drain_seconds);
+        info!(
+            seconds = drain.as_secs(),
+            "controllers stopped; the webhook answers while it drains, closing each connection after its answer"
+        );
+        draining.store(true, std::sync::atomic::Ordering::Relaxed);
+        tokio::time::sleep(drain).await;
+    }
+    Ok(())
 }
 
 /// Runs the controllers until they stop, then hands the Lease over; an election task that ends
@@ -232,8 +243,9 @@ async fn start_webhook(
     caches: watch::Receiver<Option<crate::caches::Caches>>,
     metrics: &Metrics,
     certs: Certs,
-) -> Result<(), Box<dyn std::error::Error>> {
+) -> Result<Arc<std::sync::atomic::AtomicBool>, Box<dyn std::error::Error>> {
     let listener = tokio::net::TcpListener::bind(args.addr).await?;
+    let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let tls = Arc::new(webhook::tls::Reloading::default());
     let tls_metrics = webhook::tls::TlsMetrics::new(&metrics.registry);
     match &args.cert_secret {
@@ -270,9 +282,10 @@ async fn start_webhook(
         owner_wait: Duration::from_millis(args.owner_wait_ms),
         pod_group_wait: Duration::from_millis(args.pod_group_wait_ms),
         metrics: webhook::admit::AdmissionMetrics::new(&metrics.registry),
+        draining: draining.clone(),
     });
     tokio::spawn(webhook::serve(listener, tls, admission));
-    Ok(())
+    Ok(draining)
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

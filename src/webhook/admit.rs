@@ -6,6 +6,8 @@
 //! suspended, or linked to a PodGroup the cache does not hold yet, is looked at again for a
 //! moment ([`Look`]): the usual case right after Kueue admits a job.
 
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use prometheus::{Histogram, HistogramOpts, IntCounterVec, Opts, Registry};
@@ -144,6 +146,9 @@ pub struct Admission {
     /// How long a linked pod waits for its PodGroup to reach the cache.
     pub pod_group_wait: Duration,
     pub metrics: AdmissionMetrics,
+    /// Set once the process is stopping: every answer then closes its connection, so the API
+    /// server opens its next one to another replica (see `--webhook-drain-seconds`).
+    pub draining: Arc<AtomicBool>,
 }
 
 impl Admission {

@@ -12,11 +12,12 @@ pub mod tls;
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::{Bytes, Incoming};
-use hyper::header::CONTENT_LENGTH;
+use hyper::header::{CONNECTION, CONTENT_LENGTH, HeaderValue};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
@@ -128,7 +129,18 @@ pub async fn serve(listener: TcpListener, tls: Arc<tls::Reloading>, admission: A
             let service = service_fn(move |req| {
                 let admission = admission.clone();
                 let slots = slots.clone();
-                async move { Ok::<_, Infallible>(handle(req, &admission, &slots).await) }
+                async move {
+                    let mut response = handle(req, &admission, &slots).await;
+                    // Stopping: the connection closes after this answer, which the caller
+                    // knows (it never reuses it), instead of at the process's exit, which can
+                    // meet a request already on its way.
+                    if admission.draining.load(Ordering::Relaxed) {
+                        response
+                            .headers_mut()
+                            .insert(CONNECTION, HeaderValue::from_static("close"));
+                    }
+                    Ok::<_, Infallible>(response)
+                }
             });
             let served = http1::Builder::new()
                 .timer(TokioTimer::new())

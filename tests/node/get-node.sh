@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Gets (once) what the node tier runs beyond the control plane, and prints where it is:
-#   Debian packages   containerd, runc, containernetworking-plugins, iptables, conntrack, umoci
-#                     (apt-get install, only those missing)
+#   Debian packages   containerd, runc, containernetworking-plugins, iptables, conntrack, umoci,
+#                     qemu-user-static (to run the image's arm64 binary) (apt-get install, only
+#                     those missing)
 #   kubelet, kube-proxy, kube-scheduler
 #                     built from the Go module proxy beside the control plane's binaries
 #                     (tests/cluster/get-binaries.sh with K8S_NODE=1), the same Kubernetes version
@@ -24,7 +25,7 @@ PGS_CACHE=${PGS_CACHE:-$HOME/.cache/podgroup-sync}
 # --- Debian packages --------------------------------------------------------------------------
 need=()
 for pair in containerd:containerd ctr:containerd runc:runc /usr/lib/cni/bridge:containernetworking-plugins \
-    iptables:iptables conntrack:conntrack umoci:umoci; do
+    iptables:iptables conntrack:conntrack umoci:umoci qemu-aarch64-static:qemu-user-static; do
   cmd=${pair%%:*} pkg=${pair#*:}
   if [[ $cmd == /* ]]; then [ -x "$cmd" ] || need+=("$pkg"); else command -v "$cmd" >/dev/null || need+=("$pkg"); fi
 done

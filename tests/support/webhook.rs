@@ -29,6 +29,13 @@ fn openssl(dir: &Path, args: &[&str]) {
 /// A fresh CA named `ca_name` and a serving certificate for 127.0.0.1 signed by it, written as
 /// `tls.crt`/`tls.key` in `dir` (replacing any there: a rotation).
 pub fn certs(dir: &Path, ca_name: &str) -> Certs {
+    certs_valid_for(dir, ca_name, 2)
+}
+
+/// [`certs`] valid for `days` days.
+pub fn certs_valid_for(dir: &Path, ca_name: &str, days: u32) -> Certs {
+    let days = days.to_string();
+    let days = days.as_str();
     std::fs::create_dir_all(dir).unwrap();
     let ec = [
         "-newkey",
@@ -38,7 +45,7 @@ pub fn certs(dir: &Path, ca_name: &str) -> Certs {
         "-nodes",
     ];
     let ca_subject = format!("/CN={ca_name}");
-    let mut ca_args = vec!["req", "-x509", "-days", "2", "-subj", &ca_subject];
+    let mut ca_args = vec!["req", "-x509", "-days", days, "-subj", &ca_subject];
     ca_args.extend(ec);
     ca_args.extend(["-keyout", "ca.key", "-out", "ca.crt"]);
     openssl(dir, &ca_args);
@@ -64,7 +71,7 @@ pub fn certs(dir: &Path, ca_name: &str) -> Certs {
             "ca.key",
             "-CAcreateserial",
             "-days",
-            "2",
+            days,
             "-extfile",
             "san.ext",
             "-out",
@@ -93,6 +100,8 @@ pub fn args(port: u16, certs: &Certs) -> Vec<String> {
         certs.cert.display().to_string(),
         "--webhook-key-file".into(),
         certs.key.display().to_string(),
+        // Tests stop these processes often; the node tier runs the chart's default.
+        "--webhook-drain-seconds=1".into(),
     ]
 }
 
@@ -109,6 +118,7 @@ pub fn managed_args(port: u16, secret: &str, configuration: &str, hosts: &str) -
         configuration,
         "--webhook-cert-hosts",
         hosts,
+        "--webhook-drain-seconds=1",
     ]
     .iter()
     .map(|s| s.to_string())
