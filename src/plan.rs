@@ -431,7 +431,16 @@ fn plan_active(input: &Input, mode: Mode, job: &Job, t: Target) -> Plan {
             ),
         ));
     }
-    if let Some((message, pods)) = unlinked_pods(input, mode, job, &shown) {
+    // Pods of a job whose every PodGroup name is held by someone else are left unlinked by the
+    // webhook on purpose (PodGroupConflict says why): not reported as pods it missed.
+    let all_held = existing.iter().all(|pg| {
+        pg.as_ref()
+            .is_some_and(|pg| !ours(pg, &job.uid, &opts.instance))
+    });
+    let unlinked = (!all_held)
+        .then(|| unlinked_pods(input, mode, job, &shown))
+        .flatten();
+    if let Some((message, pods)) = unlinked {
         plan.events.push((Reason::PodsNotLinked, message));
         plan.occurrences.push((Reason::PodsNotLinked, pods));
     }
@@ -1566,6 +1575,27 @@ mod tests {
             &pods,
         );
         assert!(!reasons(&dry).contains(&Reason::PodsNotLinked));
+        // A job whose PodGroup name someone else holds: its pods are unlinked on purpose
+        // (the webhook skips them); PodGroupConflict says why, PodsNotLinked would be a false
+        // alarm (seen by the end-to-end tier's Prometheus).
+        let theirs = json!({"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+            "metadata": {"name": "train", "namespace": "ml", "uid": "x"},
+            "spec": {"minMember": 1}});
+        let held = plan_unlinked(
+            &job(2),
+            Some(&ns),
+            &Cached::serving_both().with(BackendKind::SchedulerPlugins, theirs),
+            &s,
+            None,
+            true,
+            &pods,
+        );
+        assert_eq!(held.outcome, Outcome::Conflict);
+        assert!(
+            !reasons(&held).contains(&Reason::PodsNotLinked),
+            "{:?}",
+            held.events
+        );
     }
 
     #[test]
