@@ -191,6 +191,12 @@ pub fn observe<K>(
 ) -> bool {
     let resource = probe.resource();
     let relist = probe.observe(ev);
+    if matches!(ev, Ok(watcher::Event::InitDone)) {
+        // Each resource's counters exist from its first list on, at 0: a dashboard panel of a
+        // cluster where no watch ever broke shows zeros, not "no data".
+        metrics.watches.relists.with_label_values(&[resource]);
+        metrics.watches.errors.with_label_values(&[resource]);
+    }
     if relist {
         metrics.watches.relists.with_label_values(&[resource]).inc();
         info!(%resource, "relisting: the watch could not resume");
