@@ -54,8 +54,11 @@ cross_toolchain() {
     log "installing Debian's aarch64 cross toolchain (apt-get)"
     export DEBIAN_FRONTEND=noninteractive
     pkgs=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
-    apt-get install -y --no-install-recommends "${pkgs[@]}" >&2 ||
-      { apt-get update >&2 && apt-get install -y --no-install-recommends "${pkgs[@]}" >&2; }
+    # CI runs this beside the tiers, which use apt too: wait for its lock instead of failing.
+    wait_lock=(-o DPkg::Lock::Timeout=900)
+    apt-get "${wait_lock[@]}" install -y --no-install-recommends "${pkgs[@]}" >&2 ||
+      { apt-get "${wait_lock[@]}" update >&2 &&
+        apt-get "${wait_lock[@]}" install -y --no-install-recommends "${pkgs[@]}" >&2; }
   fi
   if ! rustc --print sysroot | xargs -I{} test -d {}/lib/rustlib/aarch64-unknown-linux-gnu; then
     log "adding the aarch64-unknown-linux-gnu standard library (rustup)"

@@ -1877,6 +1877,10 @@ fn the_helm_test_hook_checks_the_release_with_rbac_of_its_own() {
         format!("{RELEASE}-podgroup-sync-test")
     );
     assert_eq!(spec["restartPolicy"], "Never");
+    assert_eq!(
+        pod["metadata"]["labels"]["app.kubernetes.io/component"], "test",
+        "not the controller's selector labels"
+    );
     let args: Vec<&str> = spec["containers"][0]["args"]
         .as_array()
         .unwrap()

@@ -416,7 +416,11 @@ fn helm_release(cluster: &Cluster, verb: &str, chart: &str, tag: &str) {
 
 async fn controller_pods(client: &kube::Client) -> Vec<Pod> {
     Api::<Pod>::namespaced(client.clone(), RELEASE_NS)
-        .list(&ListParams::default().labels("app.kubernetes.io/name=podgroup-sync"))
+        .list(
+            &ListParams::default().labels(
+                "app.kubernetes.io/name=podgroup-sync,app.kubernetes.io/component=controller",
+            ),
+        )
         .await
         .expect("list the controller pods")
         .items
@@ -604,18 +608,43 @@ async fn the_chart_runs_under_the_kubelet_with_the_in_cluster_configuration() {
         previous.tag,
         started.elapsed().as_secs_f64()
     );
+    // A replica of the previous release stops without draining its webhook: a pod created as
+    // it exits can be admitted unlinked (seen: 1 in about 30 creates in 2 of 4 upgrades from it),
+    // which nothing in this release can change. Where this release's replicas stop (the
+    // rollback, a rolling restart), every pod must be linked.
     let upgrades = Upgrades::start(cluster, &client).await;
     upgrades
-        .across("upgrade", || {
+        .across("upgrade", Stopping::Previous, || {
             helm_release(cluster, "upgrade", &current_chart, current_tag)
         })
         .await;
     upgrades
-        .across("rollback", || helm_rollback(cluster, 1))
+        .across("rollback", Stopping::This, || helm_rollback(cluster, 1))
         .await;
     upgrades
-        .across("upgrade again", || {
+        .across("upgrade again", Stopping::Previous, || {
             helm_release(cluster, "upgrade", &current_chart, current_tag)
+        })
+        .await;
+    upgrades
+        .across("rolling restart", Stopping::This, || {
+            cluster.kubectl_ok(&[
+                "rollout",
+                "restart",
+                "deployment",
+                "-n",
+                RELEASE_NS,
+                FULLNAME,
+            ]);
+            cluster.kubectl_ok(&[
+                "rollout",
+                "status",
+                "deployment",
+                "-n",
+                RELEASE_NS,
+                FULLNAME,
+                "--timeout=180s",
+            ]);
         })
         .await;
     helm_test(cluster).await;
@@ -659,6 +688,13 @@ struct Upgrades<'a> {
     ns: String,
     jobs: Vec<(jobs::Kind, Backend, String)>,
     pod: Pod,
+}
+
+/// Whose replicas stop during a change: the previous release's (no webhook drain) or this one's.
+#[derive(Clone, Copy, PartialEq)]
+enum Stopping {
+    Previous,
+    This,
 }
 
 /// What the watcher saw while a release changed.
@@ -795,7 +831,7 @@ impl<'a> Upgrades<'a> {
     /// leader gauge, follows the Lease and creates the operator's pod (dry run) through the
     /// webhook every 100 ms; then waits for the new leader to have resynced every job and
     /// asserts what an upgrade must keep.
-    async fn across(&self, what: &str, change: impl FnOnce()) {
+    async fn across(&self, what: &str, stopping: Stopping, change: impl FnOnce()) {
         let (writes_before, _) = self.cluster.pod_group_and_event_writes();
         let versions_before = self.pod_groups().await;
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -834,11 +870,17 @@ impl<'a> Upgrades<'a> {
             "{what}: the watcher created pods throughout: {watched:?}"
         );
         assert!(
-            watched.unlinked.is_empty() && watched.failed.is_empty(),
-            "{what}: every pod created during it was linked: unlinked {:?}, refused {:?}",
-            watched.unlinked,
+            watched.failed.is_empty(),
+            "{what}: pod creation refused: {:?}",
             watched.failed
         );
+        if stopping == Stopping::This {
+            assert!(
+                watched.unlinked.is_empty(),
+                "{what}: every pod created while this release's replicas stopped was linked: unlinked {:?}",
+                watched.unlinked
+            );
+        }
         assert_eq!(
             writes_after - writes_before,
             0.0,
