@@ -11,6 +11,8 @@
 //!
 //! Run alone with `cargo test --test e2e` (one backend: `cargo test --test e2e volcano`).
 
+#[path = "e2e/alerts.rs"]
+mod alerts;
 #[path = "e2e/harness.rs"]
 mod harness;
 #[path = "e2e/kueue.rs"]
@@ -97,6 +99,14 @@ for_each_backend!(
     s_a_sliced_job_lands_each_slice_in_one_rack,
 );
 
+/// (t) A real Prometheus fires every alert of dashboards/alerts.yaml on its real condition and
+/// none on a healthy run; every dashboard query returns a series (tests/e2e/alerts.rs). Not one
+/// of the scenarios that take turns: its nodes offer no GPUs, so it runs beside them.
+#[tokio::test]
+async fn t_a_real_prometheus_fires_every_alert() {
+    alerts::every_alert_fires_on_its_real_condition_and_none_on_a_healthy_run().await;
+}
+
 /// A gang of `pods` pods needing `gpus` GPUs, created on too few one-GPU nodes: its PodGroup says
 /// so, the backend reports the waiting gang, and no pod binds; one more GPU node and all run.
 /// Returns the waiting Event's note.
@@ -161,6 +171,14 @@ async fn gang_waits_whole_then_runs_whole(
             .iter()
             .any(|r| status.contains(&format!("Blocked by: {r} ("))),
         "podgroup-sync's own report of the waiting gang: {status}"
+    );
+    let explained = s
+        .env
+        .cluster
+        .kubectl_plugin(&["explain", &format!("{ns}/{job}")]);
+    assert!(
+        explained.contains("holds exactly what podgroup-sync applies"),
+        "{explained}"
     );
     s.add_node(1).await;
     let running = s.wait_all_running(&ns, job, pods).await;

@@ -191,15 +191,21 @@ async fn controller_main(args: RunArgs) -> Result<(), Box<dyn std::error::Error>
     );
     until_stopped(run, election, release_tx).await?;
     if let Some(draining) = draining {
-        let drain = Duration::from_secs(args.webhook.drain_seconds);
-        info!(
-            seconds = drain.as_secs(),
-            "controllers stopped; the webhook answers while it drains, closing each connection after its answer"
-        );
-        draining.store(true, std::sync::atomic::Ordering::Relaxed);
-        tokio::time::sleep(drain).await;
+        drain_webhook(&draining, Duration::from_secs(args.webhook.drain_seconds)).await;
     }
     Ok(())
+}
+
+/// After the controllers stopped and the Lease was handed over, the webhook keeps answering
+/// for `drain` while endpoints and proxies drop this replica; each answer closes its
+/// connection, so the API server's next call opens a connection to another replica.
+async fn drain_webhook(draining: &std::sync::atomic::AtomicBool, drain: Duration) {
+    info!(
+        seconds = drain.as_secs(),
+        "controllers stopped; the webhook answers while it drains, closing each connection after its answer"
+    );
+    draining.store(true, std::sync::atomic::Ordering::Relaxed);
+    tokio::time::sleep(drain).await;
 }
 
 /// Runs the controllers until they stop, then hands the Lease over; an election task that ends

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Obtains promtool (once) from Debian's `prometheus` package without installing the package or its
-# service: the .deb is downloaded with `apt-get download` and unpacked with `dpkg-deb -x` into
+# Obtains promtool and the prometheus server (once) from Debian's `prometheus` package without
+# installing the package or its service: the .deb is downloaded with `apt-get download` and unpacked with `dpkg-deb -x` into
 #   $PGS_CACHE/promtool-<package version>/        (PGS_CACHE defaults to ~/.cache/podgroup-sync)
 # `apt-get update` runs only when the download fails (a fresh machine has no package lists).
-# Idempotent and safe to run concurrently; progress goes to stderr, and the last line of stdout is
-# "PROMTOOL=<path>".
+# Idempotent and safe to run concurrently; progress goes to stderr, and the last lines of stdout
+# are "PROMTOOL=<path>" and "PROMETHEUS=<path>" (the server, beside it; the end-to-end tier runs it).
 #
 # environment:
 #   PROMTOOL=<path>   use this promtool instead (it is checked, then echoed back)
@@ -19,6 +19,7 @@ works() { [ -x "$1" ] && "$1" --version >/dev/null 2>&1; }
 if [ -n "${PROMTOOL:-}" ]; then
   works "$PROMTOOL" || { log "PROMTOOL=$PROMTOOL does not run"; exit 1; }
   echo "PROMTOOL=$PROMTOOL"
+  echo "PROMETHEUS=${PROMETHEUS:-$(dirname "$PROMTOOL")/prometheus}"
   exit 0
 fi
 
@@ -26,13 +27,13 @@ fi
 cached() {
   local p
   for p in $(ls -d "$PGS_CACHE"/promtool-*/usr/bin/promtool 2>/dev/null | sort -V -r); do
-    if works "$p"; then echo "$p"; return 0; fi
+    if works "$p" && works "$(dirname "$p")/prometheus"; then echo "$p"; return 0; fi
   done
   return 1
 }
 
 mkdir -p "$PGS_CACHE"
-if p=$(cached); then echo "PROMTOOL=$p"; exit 0; fi
+if p=$(cached); then echo "PROMTOOL=$p"; echo "PROMETHEUS=$(dirname "$p")/prometheus"; exit 0; fi
 
 # One download at a time per cache (test binaries may ask concurrently).
 exec 9>>"$PGS_CACHE/.get-promtool.lock"
@@ -40,7 +41,7 @@ if ! flock -n 9; then
   log "waiting for another get-promtool.sh run to finish"
   flock 9
 fi
-if p=$(cached); then echo "PROMTOOL=$p"; exit 0; fi
+if p=$(cached); then echo "PROMTOOL=$p"; echo "PROMETHEUS=$(dirname "$p")/prometheus"; exit 0; fi
 
 for tool in apt-get dpkg-deb; do
   command -v "$tool" >/dev/null || { log "$tool not found: this script needs a Debian-based machine"; exit 1; }
@@ -64,10 +65,12 @@ dir=$PGS_CACHE/promtool-${version//[:\/]/_}
 log "unpacking promtool from prometheus $version"
 dpkg-deb -x "$deb" "$TMP/root"
 works "$TMP/root/usr/bin/promtool" || { log "the unpacked promtool does not run"; exit 1; }
-# Keep only promtool; the rename makes it appear in the cache complete or not at all.
+# Keep only promtool and prometheus; the rename makes them appear in the cache complete or not at
+# all.
 mkdir -p "$TMP/keep/usr/bin"
-mv "$TMP/root/usr/bin/promtool" "$TMP/keep/usr/bin/promtool"
+mv "$TMP/root/usr/bin/promtool" "$TMP/root/usr/bin/prometheus" "$TMP/keep/usr/bin/"
 rm -rf "$dir"
 mv "$TMP/keep" "$dir"
 log "$("$dir/usr/bin/promtool" --version 2>&1 | head -1)"
 echo "PROMTOOL=$dir/usr/bin/promtool"
+echo "PROMETHEUS=$dir/usr/bin/prometheus"

@@ -302,8 +302,13 @@ impl Scope {
 
     /// Like [`Scope::add_node_to`], the node carrying these labels besides (a rack's).
     pub async fn add_labelled_node(&mut self, pool: &str, gpus: u32, extra: Value) -> String {
-        let name = format!("{pool}-n{}", self.nodes.len() + 1);
         let resources = json!({"cpu": "4", "memory": "16Gi", "pods": "110", GPU: gpus.to_string()});
+        self.add_node_with(pool, resources, extra).await
+    }
+
+    /// A kwok node of `pool` with these resources (capacity and allocatable) and extra labels.
+    pub async fn add_node_with(&mut self, pool: &str, resources: Value, extra: Value) -> String {
+        let name = format!("{pool}-n{}", self.nodes.len() + 1);
         let mut labels = json!({
             POOL_LABEL: pool,
             "type": "kwok",
