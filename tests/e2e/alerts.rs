@@ -164,13 +164,20 @@ impl Prometheus {
 
     /// Waits until `alert` fires; its labels.
     async fn wait_firing(&self, alert: &str) -> Value {
+        self.wait_firing_on(alert, None).await
+    }
+
+    /// Waits until `alert` fires (for the replica at `instance`, if given); its labels.
+    async fn wait_firing_on(&self, alert: &str, instance: Option<SocketAddr>) -> Value {
         let started = Instant::now();
+        let instance = instance.map(|i| i.to_string());
         loop {
-            if let Some(a) = self
-                .firing()
-                .into_iter()
-                .find(|a| a["labels"]["alertname"] == alert)
-            {
+            if let Some(a) = self.firing().into_iter().find(|a| {
+                a["labels"]["alertname"] == alert
+                    && instance
+                        .as_ref()
+                        .is_none_or(|i| a["labels"]["instance"] == i.as_str())
+            }) {
                 eprintln!(
                     "[alerts] {alert} fires after {:.1} s: {}",
                     started.elapsed().as_secs_f64(),
@@ -611,8 +618,9 @@ impl Run {
         cluster.kubectl_ok(&["apply", "-f", self.webhook_config.to_str().unwrap()]);
 
         webhook::certs_valid_for(&self.dir.join("certs"), "alerts-ca-2", 2);
+        let a = Some(self.replicas[0].controller.addr);
         self.prom
-            .wait_firing("PodgroupSyncWebhookCertificateExpiring")
+            .wait_firing_on("PodgroupSyncWebhookCertificateExpiring", a)
             .await;
         let certs = webhook::certs_valid_for(&self.dir.join("certs-d"), "alerts-ca-d", 30);
         let mut no_cert = replica_args(&ns, "replica-d", free_port(), &certs);
@@ -626,7 +634,9 @@ impl Run {
         let mut d = controller::spawn(cluster, None, &no_cert);
         let with_d = [targets(&self.replicas), vec![(d.addr, "pgs-d")]].concat();
         self.prom.set_targets(&with_d);
-        self.prom.wait_firing("PodgroupSyncWebhookDown").await;
+        self.prom
+            .wait_firing_on("PodgroupSyncWebhookDown", Some(d.addr))
+            .await;
         d.stop();
         self.prom.set_targets(&targets(&self.replicas));
     }
@@ -653,7 +663,10 @@ impl Run {
         self.s
             .create(&c_ns, Kind::PyTorchJob, &slot_job("refused", &self.pool, 1))
             .await;
-        self.prom.wait_firing("PodgroupSyncReconcileErrors").await;
+        let c = Some(self.replicas[2].controller.addr);
+        self.prom
+            .wait_firing_on("PodgroupSyncReconcileErrors", c)
+            .await;
         // A job whose Event (InvalidBackend) the replica may not publish.
         let mut invalid = slot_job("invalid", &self.pool, 1);
         invalid["metadata"]["annotations"] = json!({"podgroup-sync.io/backend": "no-such-backend"});
@@ -662,7 +675,7 @@ impl Run {
             .wait_firing("PodgroupSyncEventsNotPublished")
             .await;
         cut.cut.send(true).unwrap();
-        self.prom.wait_firing("PodgroupSyncCachesStale").await;
+        self.prom.wait_firing_on("PodgroupSyncCachesStale", c).await;
         let mut c = self.replicas.pop().unwrap();
         c.controller.stop();
         self.prom.set_targets(&targets(&self.replicas));
@@ -699,7 +712,10 @@ impl Run {
     async fn replicas_stop(&mut self) {
         let cluster = self.s.env.cluster;
         self.replicas[1].controller.stop();
-        self.prom.wait_firing("PodgroupSyncInstanceDown").await;
+        let b = Some(self.replicas[1].controller.addr);
+        self.prom
+            .wait_firing_on("PodgroupSyncInstanceDown", b)
+            .await;
         let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
             "metadata": {"name": "pgs-alerts", "namespace": self.s.ns},
             "spec": {"holderIdentity": "not-a-replica", "leaseDurationSeconds": 3600,
