@@ -2,6 +2,7 @@
 //! planner sees.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, RwLock};
 
 use k8s_openapi::api::core::v1::{LimitRange, Namespace};
@@ -24,6 +25,9 @@ pub struct Caches {
     pub limit_ranges: Store<LimitRange>,
     pub priority_classes: Store<PriorityClass>,
     pub runtime_classes: Store<RuntimeClass>,
+    /// Counts the changes the context caches above (and the admission policies') applied: what
+    /// the pod-link webhook worked out from them stays good while it stays the same.
+    pub context_changes: Arc<AtomicU64>,
     /// PodGroups of each backend whose CRD is served and whose cache has synced.
     pub pod_groups: Arc<RwLock<BTreeMap<BackendKind, Store<Packed>>>>,
     /// The cached PodGroups by the UID of the job that controls them.
@@ -50,7 +54,8 @@ pub enum CachedJob {
     KindNotWatched,
     /// Watched, but the cache holds no such job (yet).
     Absent,
-    Found(Arc<DynamicObject>),
+    /// As cached: [`Packed::unpack`] gives the whole object.
+    Found(Arc<Packed>),
 }
 
 pub use crate::owned::OwnedIndex;
@@ -69,7 +74,7 @@ impl Caches {
         };
         let key = ObjectRef::new_with(name, kind.api_resource()).within(namespace);
         match store.get(&key) {
-            Some(job) => CachedJob::Found(Arc::new(job.unpack())),
+            Some(job) => CachedJob::Found(job),
             None => CachedJob::Absent,
         }
     }

@@ -59,6 +59,7 @@ struct ContextCaches {
     limit_ranges: Store<LimitRange>,
     priority_classes: Store<PriorityClass>,
     runtime_classes: Store<RuntimeClass>,
+    changes: Arc<std::sync::atomic::AtomicU64>,
     /// Read only for their changes: a policy that refused a PodGroup may pass it now.
     admission_policies: Store<ValidatingAdmissionPolicy>,
     policy_bindings: Store<ValidatingAdmissionPolicyBinding>,
@@ -74,6 +75,7 @@ fn spawn_context_caches(
     metrics: &Arc<crate::metrics::Metrics>,
     feasibility: bool,
 ) -> ContextCaches {
+    let changes = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let (namespaces, h1) = spawn_context_cache(
         Api::<Namespace>::all(client.clone()),
         triggers.clone(),
@@ -81,6 +83,7 @@ fn spawn_context_caches(
         |n: &Namespace| Some(Trigger::Namespace(n.name_any())),
         liveness.probe("namespaces"),
         metrics.clone(),
+        changes.clone(),
     );
     let (limit_ranges, h2) = spawn_context_cache(
         Api::<LimitRange>::all(client.clone()),
@@ -88,6 +91,7 @@ fn spawn_context_caches(
         |l: &LimitRange| l.namespace().map(Trigger::Namespace),
         liveness.probe("limitranges"),
         metrics.clone(),
+        changes.clone(),
     );
     let (priority_classes, h3) = spawn_context_cache(
         Api::<PriorityClass>::all(client.clone()),
@@ -95,6 +99,7 @@ fn spawn_context_caches(
         |_| Some(Trigger::All),
         liveness.probe("priorityclasses"),
         metrics.clone(),
+        changes.clone(),
     );
     let (runtime_classes, h4) = spawn_context_cache(
         Api::<RuntimeClass>::all(client.clone()),
@@ -102,6 +107,7 @@ fn spawn_context_caches(
         |_| Some(Trigger::All),
         liveness.probe("runtimeclasses"),
         metrics.clone(),
+        changes.clone(),
     );
     // A PodGroup refused at admission is sent again at once when a policy or its binding
     // changes (see `refusal`); the others wait for their backoff.
@@ -111,6 +117,7 @@ fn spawn_context_caches(
         |_| Some(Trigger::All),
         liveness.probe("validatingadmissionpolicies"),
         metrics.clone(),
+        changes.clone(),
     );
     let (policy_bindings, h6) = spawn_context_cache(
         Api::<ValidatingAdmissionPolicyBinding>::all(client.clone()),
@@ -118,6 +125,7 @@ fn spawn_context_caches(
         |_| Some(Trigger::All),
         liveness.probe("validatingadmissionpolicybindings"),
         metrics.clone(),
+        changes.clone(),
     );
     let mut tasks = vec![h1, h2, h3, h4, h5, h6];
     let capacity = feasibility.then(|| {
@@ -131,6 +139,7 @@ fn spawn_context_caches(
         limit_ranges,
         priority_classes,
         runtime_classes,
+        changes,
         admission_policies,
         policy_bindings,
         capacity,
@@ -164,6 +173,7 @@ impl ContextCaches {
             limit_ranges: self.limit_ranges,
             priority_classes: self.priority_classes,
             runtime_classes: self.runtime_classes,
+            context_changes: self.changes,
             pod_groups: Default::default(),
             owned: Default::default(),
             own_writes: Default::default(),

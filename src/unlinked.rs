@@ -1,5 +1,6 @@
 //! Pods of managed jobs that were created without a PodGroup link, kept from metadata-only
-//! watches of the operators' pods, one per operator label (only with the pod-link webhook on). A pod the webhook
+//! watches of the operators' pods that lack the webhook's marker label, one per operator label
+//! (only with the pod-link webhook on). A pod the webhook
 //! did not admit — it was stopped or unreachable (failurePolicy Ignore lets the pod through), or
 //! the job was not in its cache yet — would otherwise run outside its gang with nobody told:
 //! the job's reconcile reports it as `PodsNotLinked`.
@@ -170,7 +171,11 @@ pub fn spawn(
 ) -> JoinHandle<()> {
     // Metadata only: labels, annotations and owners are all the index reads.
     let api: Api<PartialObjectMeta<Pod>> = Api::all(client);
-    let config = watcher::Config::default().labels(label).any_semantic();
+    // Only pods without the webhook's marker: the API server filters out every pod the webhook
+    // linked, so a burst of linked pods costs it no watch events (the marker is no proof of a
+    // link: `classify` still checks each pod sent).
+    let selector = format!("{label},!{}", crate::backend::LINKED_LABEL);
+    let config = watcher::Config::default().labels(&selector).any_semantic();
     let stream = watcher(api, config).backoff(WatchBackoff::default());
     tokio::spawn(async move {
         let _guard = probe.task_guard();

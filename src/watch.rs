@@ -196,6 +196,12 @@ pub fn observe<K>(
         // cluster where no watch ever broke shows zeros, not "no data".
         metrics.watches.relists.with_label_values(&[resource]);
         metrics.watches.errors.with_label_values(&[resource]);
+        metrics.watches.events.with_label_values(&[resource]);
+    }
+    if let Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitApply(_)) =
+        ev
+    {
+        metrics.watches.events.with_label_values(&[resource]).inc();
     }
     if relist {
         metrics.watches.relists.with_label_values(&[resource]).inc();
@@ -210,13 +216,15 @@ pub fn observe<K>(
 
 /// Runs a cache of a context resource (namespaces, LimitRanges, …) and sends `to_trigger` of
 /// every change to the job controllers; a completed relist sends [`Trigger::All`], since the
-/// relist may have brought changes that no single event announced.
+/// relist may have brought changes that no single event announced. `changes` is counted up
+/// after each event the store applied.
 pub fn spawn_context_cache<K>(
     api: Api<K>,
     triggers: broadcast::Sender<Trigger>,
     to_trigger: impl Fn(&K) -> Option<Trigger> + Send + Sync + 'static,
     probe: Probe,
     metrics: Arc<Metrics>,
+    changes: Arc<std::sync::atomic::AtomicU64>,
 ) -> (Store<K>, JoinHandle<()>)
 where
     K: Resource<DynamicType = ()>
@@ -237,6 +245,9 @@ where
         stream
             .for_each(|ev| {
                 relisting |= observe(&probe, &metrics, &ev);
+                if ev.is_ok() {
+                    changes.fetch_add(1, std::sync::atomic::Ordering::Release);
+                }
                 let trigger = match &ev {
                     Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) => to_trigger(o),
                     // The first list needs none: no job is reconciled before it completes.

@@ -543,6 +543,17 @@ async fn rule_8_with_the_webhook_stopped_pods_are_created_and_the_job_is_told() 
         "{}",
         c.log_tail()
     );
+    // Beside the link, the marker that keeps linked pods out of the unlinked pods' watch (the
+    // API server filters them out); the pods below have none, and the watch still sees them.
+    assert_eq!(
+        linked
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("podgroup-sync.io/linked"))
+            .map(String::as_str),
+        Some("scheduler-plugins")
+    );
     c.stop();
 
     let start = Instant::now();

@@ -24,6 +24,11 @@ pub use crate::names::{is_dns_subdomain, shorten, valid_label_value};
 /// The label every PodGroup podgroup-sync writes carries.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY_VALUE: &str = "podgroup-sync";
+/// The label the pod-link webhook sets, beside the link, on every pod it links (value: the
+/// backend). The watch behind `PodsNotLinked` asks the API server for the operators' pods
+/// without it, so linked pods — nearly all of them — are never sent to the controller. It is no
+/// link: a pod counts as linked only by its backend's link.
+pub const LINKED_LABEL: &str = "podgroup-sync.io/linked";
 /// The label that names the installation (`--instance`) that made a PodGroup; absent on the
 /// default installation's, as on every PodGroup written before installations had names.
 pub const INSTANCE_LABEL: &str = "podgroup-sync.io/instance";
@@ -584,6 +589,17 @@ pub fn missing_links(
                 "{}: carries the annotation {LINKED_ANNOTATION}, which only the pod-link webhook \
                  sets: it is no link (only spec.schedulingGroup is) and would hide pods left \
                  unlinked from PodsNotLinked; remove it",
+                r.name
+            ));
+        }
+        if t.metadata
+            .as_ref()
+            .and_then(|m| m.labels.as_ref())
+            .is_some_and(|l| l.contains_key(LINKED_LABEL))
+        {
+            out.push(format!(
+                "{}: carries the label {LINKED_LABEL}, which only the pod-link webhook sets: \
+                 pods made from it would be hidden from PodsNotLinked if left unlinked; remove it",
                 r.name
             ));
         }

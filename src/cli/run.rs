@@ -289,6 +289,7 @@ async fn start_webhook(
         pod_group_wait: Duration::from_millis(args.pod_group_wait_ms),
         metrics: webhook::admit::AdmissionMetrics::new(&metrics.registry),
         draining: draining.clone(),
+        memo: Default::default(),
     });
     tokio::spawn(webhook::serve(listener, tls, admission));
     Ok(draining)

@@ -43,7 +43,7 @@ impl audit::Jobs for Caches {
             CachedJob::Absent => Owner::Absent,
             CachedJob::Found(j) => Owner::Found {
                 uid: j.uid().unwrap_or_default(),
-                finished: kind.rules.finished(j.data.get("status")),
+                finished: kind.rules.finished(j.data().get("status")),
             },
         }
     }

@@ -10,6 +10,8 @@ pub struct WatchMetrics {
     pub errors: IntCounterVec,
     /// `podgroup_sync_cache_relists_total{resource}`.
     pub relists: IntCounterVec,
+    /// `podgroup_sync_watch_events_total{resource}`.
+    pub events: IntCounterVec,
     /// `podgroup_sync_stale_caches`.
     pub stale_caches: IntGauge,
     /// `podgroup_sync_watched_kinds{kind,version,served}`.
@@ -31,6 +33,12 @@ impl WatchMetrics {
                 registry,
                 "podgroup_sync_cache_relists_total",
                 "Relists of a synced cache, by resource: its watch expired (410) or broke and could not resume.",
+                &["resource"],
+            ),
+            events: counter_vec(
+                registry,
+                "podgroup_sync_watch_events_total",
+                "Objects the API server sent to a watch (a list's objects included), by resource: the load podgroup-sync's caches put on the API server.",
                 &["resource"],
             ),
             stale_caches: registered(
@@ -60,6 +68,7 @@ impl WatchMetrics {
         names_of(&[
             &self.errors,
             &self.relists,
+            &self.events,
             &self.watched_kinds,
             &self.managed_namespaces,
         ])

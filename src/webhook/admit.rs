@@ -7,7 +7,7 @@
 //! moment ([`Look`]): the usual case right after Kueue admits a job.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use prometheus::{Histogram, HistogramOpts, IntCounterVec, Opts, Registry};
@@ -16,10 +16,13 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use super::link::{self, Decision, Owner, PodView, Skip};
+use super::memo::{JobPart, Memo, Version};
 use super::review::{self, Request};
 use crate::backend::BACKENDS;
 use crate::caches::{CachedJob, Caches};
+use crate::packed::Packed;
 use crate::settings::Settings;
+use crate::target::PodGroups;
 
 /// How often a missing job or unsynced cache is looked at again while an admission waits.
 const POLL: Duration = Duration::from_millis(10);
@@ -149,6 +152,8 @@ pub struct Admission {
     /// Set once the process is stopping: every answer then closes its connection, so the API
     /// server opens its next one to another replica (see `--webhook-drain-seconds`).
     pub draining: Arc<AtomicBool>,
+    /// The job parts of recent decisions.
+    pub memo: Memo,
 }
 
 impl Admission {
@@ -225,6 +230,9 @@ impl Admission {
                 "podgroup-sync: caches not synced; the pod is not linked to its PodGroup".into(),
             );
         };
+        // Counted before the namespace is read: a change applied after this makes the job's
+        // part be made again, never remembered from an older namespace.
+        let context_changes = caches.context_changes.load(Ordering::Acquire);
         let ns = caches
             .namespaces
             .get(&kube::runtime::reflector::ObjectRef::new(&namespace));
@@ -242,17 +250,13 @@ impl Admission {
                 return verdict;
             }
         };
+        let around = Around {
+            namespace: &namespace,
+            namespace_annotations: ns_annotations,
+            context_changes,
+        };
         let decision = self
-            .settle(
-                &view,
-                &owner,
-                job,
-                &caches,
-                &namespace,
-                ns_annotations,
-                start,
-                deadline,
-            )
+            .settle(&view, &owner, job, &caches, around, start, deadline)
             .await;
         verdict_of(
             decision,
@@ -269,48 +273,67 @@ impl Admission {
         &self,
         view: &PodView<'_>,
         owner: &Owner,
-        job: std::sync::Arc<kube::api::DynamicObject>,
+        job: Arc<Packed>,
         caches: &Caches,
-        namespace: &str,
-        ns_annotations: Option<&std::collections::BTreeMap<String, String>>,
+        around: Around<'_>,
         start: Instant,
         deadline: Instant,
     ) -> Decision {
-        let priorities = caches.priorities();
-        let defaults = caches.admission_defaults(namespace);
         let mut job = job;
         let pod_group_deadline = start + self.pod_group_wait;
         loop {
-            let (decision, again) = {
-                let ctx = link::Context {
-                    namespace_annotations: ns_annotations,
-                    pod_groups: caches,
-                    priorities: &priorities,
-                    defaults: &defaults,
-                    settings: &self.settings,
-                };
-                let decision = link::decide(view, owner, &job, &ctx);
-                let look = Look {
-                    pod_group_cached: |b, n: &str| {
-                        crate::target::PodGroups::get(caches, b, namespace, n).is_some()
-                    },
-                    now: Instant::now(),
-                    owner_deadline: deadline,
-                    pod_group_deadline,
-                };
-                let again = look.again(&decision);
-                (decision, again)
+            let part = self.job_part(owner, &job, caches, &around);
+            let decision = link::decide_prepared(view, owner, &part, caches, &self.settings);
+            let look = Look {
+                pod_group_cached: |b, n: &str| {
+                    crate::target::PodGroups::get(caches, b, around.namespace, n).is_some()
+                },
+                now: Instant::now(),
+                owner_deadline: deadline,
+                pod_group_deadline,
             };
-            if !again {
+            if !look.again(&decision) {
                 break decision;
             }
             tokio::time::sleep(POLL).await;
-            if let CachedJob::Found(newer) = caches.job(owner.kind, namespace, &owner.name)
+            if let CachedJob::Found(newer) = caches.job(owner.kind, around.namespace, &owner.name)
                 && newer.metadata.uid == job.metadata.uid
             {
                 job = newer;
             }
         }
+    }
+
+    /// The job's part of the decision, remembered per version of the job and of its
+    /// surroundings ([`Memo`]).
+    fn job_part(&self, owner: &Owner, job: &Packed, caches: &Caches, around: &Around) -> JobPart {
+        let served = BACKENDS
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| caches.served(**b))
+            .fold(0u8, |bits, (i, _)| bits | 1 << i);
+        let version = job.metadata.resource_version.clone().map(|rv| Version {
+            uid: job.metadata.uid.clone(),
+            resource_version: rv,
+            context: around.context_changes,
+            served,
+        });
+        let make = || {
+            let priorities = caches.priorities();
+            let defaults = caches.admission_defaults(around.namespace);
+            let ctx = link::Context {
+                namespace_annotations: around.namespace_annotations,
+                pod_groups: caches,
+                priorities: &priorities,
+                defaults: &defaults,
+                settings: &self.settings,
+            };
+            link::prepare(owner.kind, &job.unpack(), &ctx)
+        };
+        let (part, _remembered) =
+            self.memo
+                .get_or_make(owner.kind, around.namespace, &owner.name, version, make);
+        part
     }
 
     /// The caches, waiting for the controller to sync them until `deadline`.
@@ -322,6 +345,15 @@ impl Admission {
             _ => None,
         }
     }
+}
+
+/// What an admission read around the pod's job: its namespace, and the context caches' change
+/// count from before the namespace was read.
+#[derive(Clone, Copy)]
+struct Around<'a> {
+    namespace: &'a str,
+    namespace_annotations: Option<&'a std::collections::BTreeMap<String, String>>,
+    context_changes: u64,
 }
 
 /// Whether a decision is the cache being behind the pod, and so worth another look (SPEC §12):
@@ -361,7 +393,7 @@ async fn wait_for_job(
     owner: &Owner,
     namespace: &str,
     deadline: Instant,
-) -> Result<std::sync::Arc<kube::api::DynamicObject>, Verdict> {
+) -> Result<Arc<Packed>, Verdict> {
     let mut other_uid_since = None;
     loop {
         let seen = caches.job(owner.kind, namespace, &owner.name);
@@ -480,7 +512,7 @@ mod tests {
             "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
             "metadata": {"name": "train", "namespace": "ns", "uid": uid}}))
         .unwrap();
-        CachedJob::Found(Arc::new(obj))
+        CachedJob::Found(Arc::new(crate::packed::Packed::pack(obj)))
     }
 
     fn owner(uid: &str) -> Owner {

@@ -314,22 +314,25 @@ pub struct Context<'a> {
     pub settings: &'a Settings,
 }
 
-/// Decides what the webhook adds to a pod of `owner`, whose job the cache holds as `job`. A pod
-/// is linked only when its job gets a PodGroup (the checks the planner makes before it writes
-/// one): a pod linked to a PodGroup that never comes would wait for ever.
-pub fn decide(pod: &PodView, owner: &Owner, job: &DynamicObject, ctx: &Context) -> Decision {
-    let (settings, namespace_annotations) = (ctx.settings, ctx.namespace_annotations);
-    if let Some(skip) = namespace_gate(&settings.enablement, namespace_annotations) {
-        return Decision::Skipped(skip);
-    }
-    let Ok(job) = serde_json::to_value(job)
-        .map_err(|e| job::InvalidJob::Malformed(e.to_string()))
-        .and_then(|v| job::normalize(owner.kind, &v))
-    else {
-        return Decision::Skipped(Skip::InvalidJob);
-    };
+/// What a pod's decision needs from its job, worked out once per version of the job and of its
+/// surroundings (the webhook remembers it: [`super::memo`]): the job normalised and the PodGroup
+/// the planner would keep for it, or why none.
+#[derive(Debug)]
+pub struct Prepared {
+    job: job::Job,
+    target: Result<crate::target::Target, NoPodGroup>,
+}
+
+/// The job's part of the decision; `Err` when the job cannot be read as its kind.
+pub fn prepare(
+    kind: &'static JobKind,
+    job: &DynamicObject,
+    ctx: &Context,
+) -> Result<Prepared, Skip> {
+    let job = job::normalize_object(kind, job).map_err(|_| Skip::InvalidJob)?;
+    let settings = ctx.settings;
     let around = Around {
-        namespace_annotations,
+        namespace_annotations: ctx.namespace_annotations,
         priorities: ctx.priorities,
         defaults: ctx.defaults,
         pod_groups: ctx.pod_groups,
@@ -337,10 +340,43 @@ pub fn decide(pod: &PodView, owner: &Owner, job: &DynamicObject, ctx: &Context) 
         backend_options: &settings.backend_options,
         keep_finished: settings.keep_finished,
     };
+    let target = target(&job, &around);
+    Ok(Prepared { job, target })
+}
+
+/// Decides what the webhook adds to a pod of `owner`, whose job the cache holds as `job`. A pod
+/// is linked only when its job gets a PodGroup (the checks the planner makes before it writes
+/// one): a pod linked to a PodGroup that never comes would wait for ever.
+pub fn decide(pod: &PodView, owner: &Owner, job: &DynamicObject, ctx: &Context) -> Decision {
+    if let Some(skip) = namespace_gate(&ctx.settings.enablement, ctx.namespace_annotations) {
+        return Decision::Skipped(skip);
+    }
+    decide_prepared(
+        pod,
+        owner,
+        &prepare(owner.kind, job, ctx),
+        ctx.pod_groups,
+        ctx.settings,
+    )
+}
+
+/// [`decide`] from the job's [`Prepared`] part (the namespace's gate already passed): what is
+/// left depends on the pod and on the PodGroups cached now.
+pub fn decide_prepared(
+    pod: &PodView,
+    owner: &Owner,
+    prepared: &Result<Prepared, Skip>,
+    pod_groups: &dyn PodGroups,
+    settings: &Settings,
+) -> Decision {
+    let Prepared { job, target } = match prepared {
+        Ok(p) => p,
+        Err(skip) => return Decision::Skipped(*skip),
+    };
     // The planner's own decision: the pod is linked only to the PodGroup the planner writes.
-    let (backend_kind, name, gang) = match target(&job, &around) {
+    let (backend_kind, name, gang) = match target {
         Ok(t) => match t.name_for(owner.group) {
-            Some(name) => (t.backend, name, t.gang),
+            Some(name) => (t.backend, name, &t.gang),
             None => return Decision::Skipped(Skip::UnknownGroup),
         },
         Err(why) => {
@@ -363,7 +399,6 @@ pub fn decide(pod: &PodView, owner: &Owner, job: &DynamicObject, ctx: &Context) 
         });
     }
     let opts = &settings.backend_options;
-    let pod_groups = ctx.pod_groups;
     let backend = backend_kind.backend();
     if let Some(pg) = pod_groups.get(backend_kind, &job.namespace, &name)
         && !ours(&pg, &job.uid, &opts.instance)
@@ -374,12 +409,17 @@ pub fn decide(pod: &PodView, owner: &Owner, job: &DynamicObject, ctx: &Context) 
     // SPEC §13: the pod's set and slice, for a Volcano subGroupPolicy.
     let placement = placement::labels(
         backend_kind,
-        &job,
-        &gang,
+        job,
+        gang,
         owner.pod_set.as_deref(),
         pod.labels,
     );
     additions.extend(placement.into_iter().map(|(k, v)| Addition::Label(k, v)));
+    // A pod patched anyway gets the marker that keeps it out of the unlinked pods' watch.
+    let marker = backend_kind.as_str();
+    if !additions.is_empty() && pod.label(backend::LINKED_LABEL) != Some(marker) {
+        additions.push(Addition::Label(backend::LINKED_LABEL, marker.to_string()));
+    }
     if additions.is_empty() {
         Decision::Unchanged {
             backend: backend_kind,
@@ -634,7 +674,11 @@ mod tests {
                 Some(&managed()),
                 &settings(backend),
             );
-            let additions = vec![link, Addition::SchedulerName(scheduler.into())];
+            let additions = vec![
+                link,
+                Addition::SchedulerName(scheduler.into()),
+                marker(backend),
+            ];
             let name = "train".into();
             assert_eq!(
                 d,
@@ -647,6 +691,11 @@ mod tests {
         }
     }
 
+    /// The label the webhook adds beside every link it makes.
+    fn marker(backend: BackendKind) -> Addition {
+        Addition::Label(backend::LINKED_LABEL, backend.as_str().into())
+    }
+
     #[test]
     fn rule_9_native_pods_get_the_scheduling_group_and_keep_the_default_scheduler() {
         let s = settings(BackendKind::Kubernetes);
@@ -655,7 +704,13 @@ mod tests {
         let Decision::Link { additions, .. } = &d else {
             panic!("{d:?}")
         };
-        assert_eq!(additions, &vec![Addition::SchedulingGroup("train".into())]);
+        assert_eq!(
+            additions,
+            &vec![
+                Addition::SchedulingGroup("train".into()),
+                marker(BackendKind::Kubernetes)
+            ]
+        );
         let pod = pytorch_pod();
         assert_eq!(
             json_patch(&pod.view(), additions),
@@ -663,6 +718,7 @@ mod tests {
                 {"op": "add", "path": "/spec/schedulingGroup", "value": {"podGroupName": "train"}},
                 {"op": "add", "path": "/metadata/annotations", "value": {}},
                 {"op": "add", "path": "/metadata/annotations/podgroup-sync.io~1pod-group", "value": "train"},
+                {"op": "add", "path": "/metadata/labels/podgroup-sync.io~1linked", "value": "kubernetes"},
             ])
         );
         // A pod that already names a scheduling group is never changed.
@@ -700,6 +756,7 @@ mod tests {
             json!([
                 {"op": "add", "path": "/spec/schedulingGroup", "value": {"podGroupName": "train"}},
                 {"op": "add", "path": "/metadata/annotations/podgroup-sync.io~1pod-group", "value": "train"},
+                {"op": "add", "path": "/metadata/labels/podgroup-sync.io~1linked", "value": "kubernetes"},
             ])
         );
         // A template that carries the marker is reported on its job.
@@ -721,6 +778,23 @@ mod tests {
                 .any(|m| m.contains("only the pod-link webhook sets")),
             "{missing:?}"
         );
+        // So is one that carries the label that keeps pods out of the unlinked pods' watch,
+        // whatever the backend.
+        let hidden = pytorch(
+            json!({}),
+            json!({"labels": {backend::LINKED_LABEL: "volcano"}}),
+        );
+        let j = job::normalize(&job::PYTORCHJOB, &serde_json::to_value(&hidden).unwrap()).unwrap();
+        for b in crate::backend::BACKENDS {
+            let missing =
+                backend::missing_links(b.backend(), &j, "train", &s.backend_options, true);
+            assert!(
+                missing
+                    .iter()
+                    .any(|m| m.contains("hidden from PodsNotLinked")),
+                "{b:?}: {missing:?}"
+            );
+        }
     }
 
     #[test]
@@ -738,10 +812,10 @@ mod tests {
         };
         assert_eq!(
             additions,
-            vec![Addition::Label(
-                "scheduling.x-k8s.io/pod-group",
-                "train".into()
-            )]
+            vec![
+                Addition::Label("scheduling.x-k8s.io/pod-group", "train".into()),
+                marker(BackendKind::SchedulerPlugins)
+            ]
         );
     }
 
@@ -764,6 +838,20 @@ mod tests {
         );
         // A link but the default scheduler: only the scheduler is added.
         pod.scheduler = Some("default-scheduler".into());
+        let Decision::Link { additions, .. } = decide_for(&pod, &job, Some(&managed()), &s) else {
+            panic!()
+        };
+        assert_eq!(
+            additions,
+            vec![
+                Addition::SchedulerName("volcano".into()),
+                marker(BackendKind::Volcano)
+            ]
+        );
+        // The marker is not added again (and alone it is no reason to patch).
+        pod.labels
+            .get_or_insert_default()
+            .insert(backend::LINKED_LABEL.into(), "volcano".into());
         let Decision::Link { additions, .. } = decide_for(&pod, &job, Some(&managed()), &s) else {
             panic!()
         };
@@ -902,7 +990,8 @@ mod tests {
                 name: "js".into(),
                 additions: vec![
                     Addition::Label("scheduling.x-k8s.io/pod-group", "js".into()),
-                    Addition::SchedulerName("scheduler-plugins-scheduler".into())
+                    Addition::SchedulerName("scheduler-plugins-scheduler".into()),
+                    marker(BackendKind::SchedulerPlugins)
                 ]
             }
         );
@@ -961,6 +1050,7 @@ mod tests {
             additions: vec![
                 Addition::Label("scheduling.x-k8s.io/pod-group", name.into()),
                 Addition::SchedulerName("scheduler-plugins-scheduler".into()),
+                marker(BackendKind::SchedulerPlugins),
             ],
         };
         let created = lws_of("LeaderCreated");

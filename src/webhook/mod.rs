@@ -6,6 +6,7 @@ pub mod admit;
 pub mod certs;
 pub mod link;
 pub mod managed;
+pub mod memo;
 pub mod placement;
 pub mod review;
 pub mod tls;

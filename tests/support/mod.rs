@@ -102,6 +102,17 @@ pub async fn cluster() -> &'static Cluster {
 }
 
 impl Cluster {
+    /// The PID of the control plane's process named `comm` (e.g. `kube-apiserver`, `etcd`) from
+    /// start.sh's `pids`; `None` for a cluster this process did not start.
+    pub fn component_pid(&self, comm: &str) -> Option<u32> {
+        let pids = std::fs::read_to_string(self.work_dir.as_ref()?.join("pids")).ok()?;
+        pids.lines()
+            .filter_map(|l| l.trim().parse::<u32>().ok())
+            .find(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == comm)
+            })
+    }
+
     /// A kube `Config` built from the admin kubeconfig.
     pub async fn config(&self) -> Config {
         let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)
