@@ -27,6 +27,7 @@ impl Bench {
             self.cli.creators
         );
         let w = Window::open("bare-burst", n, &client, &watch, "bare-", &check).await?;
+        let apiserver0 = cp.cpu_of("kube-apiserver");
         let posts = AtomicU64::new(0);
         let (tx, writer) = pod_group_writer(&client, c);
         let created =
@@ -34,7 +35,13 @@ impl Bench {
         writer.await.map_err(|e| err(e.to_string()))??;
         let ok = watch.wait_correct(n, self.converge_timeout()).await;
         let posts = posts.load(Ordering::Relaxed) as f64;
-        let p = w.close(&client, &created, &watch, false, posts).await?;
+        let mut p = w.close(&client, &created, &watch, false, posts).await?;
+        if let (Some(a0), Some(a1)) = (apiserver0, cp.cpu_of("kube-apiserver")) {
+            p.extra.insert(
+                "apiserver_cpu_s".into(),
+                serde_json::json!(round(a1 - a0, 2)),
+            );
+        }
         self.conclude(p, ok, Vec::new());
 
         // (b) backlog: the same N PodGroups written again from the known jobs.

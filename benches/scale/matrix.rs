@@ -335,6 +335,22 @@ fn ratios_section(md: &mut String, runs: &[MatrixRun], n: usize) {
         2,
         "",
     );
+    let share = |p: &Phase| {
+        let apiserver = p.extra.get("apiserver_cpu_s").and_then(|v| v.as_f64())?;
+        Some(p.cpu_s? / apiserver * 100.0)
+    };
+    let apiserver = |p: &Phase| p.extra.get("apiserver_cpu_s").and_then(|v| v.as_f64());
+    let _ = writeln!(
+        md,
+        "| burst: kube-apiserver CPU in the window (s) | {} | {} | — | — | |",
+        show(stats(figure(runs, n, "podgroup-sync-burst", apiserver)), 2),
+        show(stats(figure(runs, n, "bare-burst", apiserver)), 2)
+    );
+    let _ = writeln!(
+        md,
+        "| burst: podgroup-sync CPU as a share of kube-apiserver's in the same window (%) | {} | — | — | — | ≤ 5 % |",
+        show(stats(figure(runs, n, "podgroup-sync-burst", share)), 1)
+    );
     let _ = writeln!(
         md,
         "| restart with nothing changed: spawn → every job reconciled (s) | {} | — | — | — | |",

@@ -59,6 +59,7 @@ impl Bench {
         );
         let w = Window::open("podgroup-sync-burst", n, client, watch, "pgs-", check).await?;
         let cpu0 = ctl.stats().cpu_s;
+        let apiserver0 = cp.cpu_of("kube-apiserver");
         let posts = AtomicU64::new(0);
         let created = create_jobs(client, "pgs", n, m, self.cli.creators, None, &posts).await?;
         log!(
@@ -76,6 +77,10 @@ impl Bench {
             .unwrap_or_default();
         p.process = Some(stats);
         p.cpu_s = Some(round(stats.cpu_s - cpu0, 2));
+        if let (Some(a0), Some(a1)) = (apiserver0, cp.cpu_of("kube-apiserver")) {
+            p.extra
+                .insert("apiserver_cpu_s".into(), json!(round(a1 - a0, 2)));
+        }
         p.extra.insert("ready_s".into(), json!(secs(ready)));
         controller_counts(&mut p, &metrics);
         p.extra.insert(

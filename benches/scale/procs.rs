@@ -60,6 +60,19 @@ impl ControlPlane {
         })
     }
 
+    /// CPU seconds (user + system) the control plane's process `comm` (`kube-apiserver`,
+    /// `etcd`) has used so far, found through start.sh's `pids`.
+    pub(crate) fn cpu_of(&self, comm: &str) -> Option<f64> {
+        let pids = std::fs::read_to_string(self.dir.join("pids")).ok()?;
+        let pid = pids
+            .lines()
+            .filter_map(|l| l.trim().parse::<u32>().ok())
+            .find(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == comm)
+            })?;
+        proc_stats(pid).map(|s| s.cpu_s)
+    }
+
     pub(crate) async fn client(&self) -> Res<Client> {
         let kc = Kubeconfig::read_from(&self.kubeconfig)?;
         let mut config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
