@@ -2,7 +2,7 @@
 //! planner sees.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use k8s_openapi::api::core::v1::{LimitRange, Namespace};
@@ -28,6 +28,9 @@ pub struct Caches {
     /// Counts the changes the context caches above (and the admission policies') applied: what
     /// the pod-link webhook worked out from them stays good while it stays the same.
     pub context_changes: Arc<AtomicU64>,
+    /// What [`Caches::priorities`] and [`Caches::admission_defaults`] last built, by the count
+    /// of context changes they were built at.
+    pub context_memo: Arc<std::sync::Mutex<ContextMemo>>,
     /// PodGroups of each backend whose CRD is served and whose cache has synced.
     pub pod_groups: Arc<RwLock<BTreeMap<BackendKind, Store<Packed>>>>,
     /// The cached PodGroups by the UID of the job that controls them.
@@ -60,6 +63,19 @@ pub enum CachedJob {
 
 pub use crate::owned::OwnedIndex;
 
+/// A namespace's admission defaults, or why they cannot be used.
+pub type Defaults = Result<AdmissionDefaults, InvalidJob>;
+
+/// Namespaces whose defaults are remembered; past it the memo starts again empty.
+const MEMO_NAMESPACES: usize = 10_000;
+
+/// The context built from the caches, by the count of context changes it was built at.
+#[derive(Default)]
+pub struct ContextMemo {
+    priorities: Option<(u64, Arc<Priorities>)>,
+    defaults: std::collections::HashMap<String, (u64, Arc<Defaults>)>,
+}
+
 impl Caches {
     /// The cached job of `kind` with this namespace and name.
     pub fn job(&self, kind: &JobKind, namespace: &str, name: &str) -> CachedJob {
@@ -83,12 +99,47 @@ impl Caches {
         self.pod_groups.read().expect("lock").get(&backend).cloned()
     }
 
-    /// The PriorityClasses as the gang computation reads them.
-    pub fn priorities(&self) -> Priorities {
-        Priorities::from_classes(self.priority_classes.state().iter().map(|p| p.as_ref()))
+    /// The PriorityClasses as the gang computation reads them (built again only after a
+    /// context cache changed).
+    pub fn priorities(&self) -> Arc<Priorities> {
+        // Counted before the stores are read: a change applied meanwhile builds them again.
+        let at = self.context_changes.load(Ordering::Acquire);
+        if let Some((built, p)) = &self.context_memo.lock().expect("lock").priorities
+            && *built == at
+        {
+            return p.clone();
+        }
+        let p = Arc::new(Priorities::from_classes(
+            self.priority_classes.state().iter().map(|p| p.as_ref()),
+        ));
+        self.context_memo.lock().expect("lock").priorities = Some((at, p.clone()));
+        p
     }
 
-    pub fn admission_defaults(&self, namespace: &str) -> Result<AdmissionDefaults, InvalidJob> {
+    /// The namespace's LimitRange and the RuntimeClasses' defaults (built again only after a
+    /// context cache changed).
+    pub fn admission_defaults(&self, namespace: &str) -> Arc<Defaults> {
+        let at = self.context_changes.load(Ordering::Acquire);
+        if let Some((built, d)) = self
+            .context_memo
+            .lock()
+            .expect("lock")
+            .defaults
+            .get(namespace)
+            && *built == at
+        {
+            return d.clone();
+        }
+        let d = Arc::new(self.build_admission_defaults(namespace));
+        let mut memo = self.context_memo.lock().expect("lock");
+        if memo.defaults.len() >= MEMO_NAMESPACES && !memo.defaults.contains_key(namespace) {
+            memo.defaults.clear();
+        }
+        memo.defaults.insert(namespace.to_string(), (at, d.clone()));
+        d
+    }
+
+    fn build_admission_defaults(&self, namespace: &str) -> Defaults {
         let mut lrs: Vec<LimitRange> = self
             .limit_ranges
             .state()

@@ -174,6 +174,7 @@ impl ContextCaches {
             priority_classes: self.priority_classes,
             runtime_classes: self.runtime_classes,
             context_changes: self.changes,
+            context_memo: Default::default(),
             pod_groups: Default::default(),
             owned: Default::default(),
             own_writes: Default::default(),

@@ -29,6 +29,7 @@ pub mod job;
 pub mod kinds;
 pub mod kueue;
 pub mod leader;
+pub mod lean;
 pub mod listen;
 pub mod liveness;
 pub mod metrics;

@@ -81,7 +81,7 @@ impl From<DynamicObject> for Packed {
 }
 
 /// A watch event of whole objects as one of packed objects.
-pub fn event(ev: watcher::Event<DynamicObject>) -> watcher::Event<Packed> {
+pub fn event<K: Into<Packed>>(ev: watcher::Event<K>) -> watcher::Event<Packed> {
     use watcher::Event as E;
     match ev {
         E::Apply(o) => E::Apply(o.into()),

@@ -494,7 +494,8 @@ fn created(obj: &DynamicObject, ctx: &Context, write: &Write) {
 /// Applies the write; whether the answer showed spec fields the cluster drops that were not
 /// known before (see `dropped`).
 async fn apply(ctx: &Context, namespace: &str, write: &Write) -> Result<bool, Error> {
-    let api: Api<DynamicObject> = Api::namespaced_with(
+    // The answer is read as the PodGroup watch reads its objects (see `lean`).
+    let api: Api<crate::lean::LeanPodGroup> = Api::namespaced_with(
         ctx.client.clone(),
         namespace,
         &write.backend.backend().api_resource(),
@@ -504,6 +505,7 @@ async fn apply(ctx: &Context, namespace: &str, write: &Write) -> Result<bool, Er
     let written = api
         .patch(&write.name, &params, &Patch::Apply(&write.body))
         .await
+        .map(|w| w.0)
         .map_err(|source| Error::Write {
             action: write.op.as_str(),
             namespace: namespace.into(),

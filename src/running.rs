@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt, future};
-use kube::api::DynamicObject;
 use kube::runtime::controller::{self as runtime_controller, Controller};
 use kube::runtime::reflector;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -20,6 +19,7 @@ use crate::caches::Caches;
 use crate::discovery::{Changes, Served, changes};
 use crate::fifo::Fifo;
 use crate::job::{JobKind, KINDS};
+use crate::lean::LeanJob;
 use crate::liveness::Liveness;
 use crate::metrics::Metrics;
 use crate::packed::Packed;
@@ -354,7 +354,7 @@ fn spawn_kind_controller(
     liveness: &Liveness,
 ) -> (JoinHandle<()>, reflector::Store<Packed>) {
     let ar = kind.api_resource();
-    let api: Api<DynamicObject> = Api::all_with(client, &ar);
+    let api: Api<LeanJob> = Api::all_with(client, &ar);
     let writer = reflector::store::Writer::<Packed>::new(ar.clone());
     let jobs = writer.as_reader();
     let probe = liveness.probe(kind_resource(kind));
@@ -374,10 +374,10 @@ fn spawn_kind_controller(
             crate::watch::observe(&watch_probe, &watch_metrics, event);
             // What was kept for a deleted job goes with it.
             if let Ok(kube::runtime::watcher::Event::Delete(job)) = event {
-                watch_ctx.forget_job(job.metadata.uid.as_deref().unwrap_or_default());
+                watch_ctx.forget_job(job.0.metadata.uid.as_deref().unwrap_or_default());
             }
         })
-        .modify(move |job: &mut DynamicObject| crate::strip::job(kind, job))
+        .modify(move |job: &mut LeanJob| crate::strip::job(kind, &mut job.0))
         .map_ok(crate::packed::event);
     // Every reason to reconcile a job — its own watch, and triggers from the other caches —
     // passes one first-in-first-out stage (see `fifo`); the controller's own input stays empty.

@@ -14,7 +14,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt, TryStreamExt, future};
-use kube::api::DynamicObject;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::utils::Backoff;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -283,11 +282,11 @@ pub fn spawn_pod_group_cache(
     let writer = reflector::store::Writer::<Packed>::new(ar.clone());
     let reader = writer.as_reader();
     let store = reader.clone();
-    let api: Api<DynamicObject> = Api::all_with(client, &ar);
+    let api: Api<crate::lean::LeanPodGroup> = Api::all_with(client, &ar);
     // Only what podgroup-sync reads is kept in memory.
     let stream = watcher(api, watcher::Config::default().page_size(LIST_PAGE_SIZE))
         .backoff(WatchBackoff::default())
-        .modify(crate::strip::pod_group)
+        .modify(|pg| crate::strip::pod_group(&mut pg.0))
         .map_ok(crate::packed::event)
         .reflect(writer);
     let handle = tokio::spawn(async move {

@@ -471,8 +471,9 @@ pub fn lease_config(leader: &LeaderArgs) -> LeaseConfig {
 
 /// Logs to standard error, as text or JSON, filtered by `PODGROUP_SYNC_LOG` (default `info`).
 pub fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("PODGROUP_SYNC_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let spec = std::env::var("PODGROUP_SYNC_LOG").unwrap_or_else(|_| "info".into());
+    let filter = tracing_subscriber::EnvFilter::try_new(log_directives(&spec))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(log_directives("info")));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -482,9 +483,33 @@ pub fn init_logging(format: LogFormat) {
     }
 }
 
+/// The filter's directives: `spec`, plus `kube_runtime::controller=warn` unless `spec` names
+/// kube_runtime itself. kube-runtime opens an info span per reconcile whose fields the log
+/// formatter renders into text at once — a few percent of the controller's CPU in a burst, for
+/// a prefix that repeats what podgroup-sync's own lines name (the job and its namespace).
+fn log_directives(spec: &str) -> String {
+    if spec.contains("kube_runtime") {
+        spec.to_string()
+    } else {
+        format!("{spec},kube_runtime::controller=warn")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Cli;
+
+    #[test]
+    fn kube_runtimes_reconcile_span_is_off_unless_asked_for() {
+        assert_eq!(
+            super::log_directives("info"),
+            "info,kube_runtime::controller=warn"
+        );
+        assert_eq!(
+            super::log_directives("debug,kube_runtime=debug"),
+            "debug,kube_runtime=debug"
+        );
+    }
     use clap::CommandFactory;
 
     #[test]
