@@ -96,6 +96,8 @@ struct Phase {
     admission_p99_ms: Option<f64>,
     apiserver_p50_ms: Option<f64>,
     apiserver_p99_ms: Option<f64>,
+    /// The share of the API server's webhook calls that took ≤ 5 ms, in percent.
+    apiserver_within_5ms: Option<f64>,
     admissions: f64,
     /// TLS connections the API server opened to the webhook.
     connections: f64,
@@ -253,6 +255,12 @@ async fn phase(cli: &Cli, hook: Hook) -> Res<Phase> {
             .map(|s| s * 1000.0),
         apiserver_p50_ms: delta_quantile(&apiserver_before, &apiserver_after, &entry, 0.50),
         apiserver_p99_ms: delta_quantile(&apiserver_before, &apiserver_after, &entry, 0.99),
+        apiserver_within_5ms: delta_share_within(
+            &apiserver_before,
+            &apiserver_after,
+            &entry,
+            0.005,
+        ),
         admissions: controller::metric_sum(&ours, "podgroup_sync_admissions_total", &[]),
         connections: controller::metric_sum(
             &ours,
@@ -309,18 +317,30 @@ async fn apiserver_metrics(client: &Client) -> String {
 
 /// A quantile of the API server's webhook histogram over what happened between two scrapes.
 fn delta_quantile(before: &str, after: &str, labels: &[(&str, &str)], q: f64) -> Option<f64> {
+    histogram_quantile(&delta_buckets(before, after, labels), q).map(|s| s * 1000.0)
+}
+
+/// The share of the API server's webhook calls in the burst that took at most `le` seconds (a
+/// bucket bound: 0.005, 0.025, …), in percent.
+fn delta_share_within(before: &str, after: &str, labels: &[(&str, &str)], le: f64) -> Option<f64> {
+    let delta = delta_buckets(before, after, labels);
+    let total = delta.iter().map(|(_, n)| *n).fold(0.0, f64::max);
+    let within = delta.iter().find(|(l, _)| (*l - le).abs() < 1e-9)?.1;
+    (total > 0.0).then(|| within / total * 100.0)
+}
+
+/// The histogram's cumulative buckets over the burst: `after` less `before`.
+fn delta_buckets(before: &str, after: &str, labels: &[(&str, &str)]) -> Vec<(f64, f64)> {
     let b = buckets(before, APISERVER_HISTOGRAM, labels);
     let a = buckets(after, APISERVER_HISTOGRAM, labels);
-    let delta: Vec<(f64, f64)> = a
-        .iter()
+    a.iter()
         .map(|(le, n)| {
             (
                 *le,
                 n - b.iter().find(|(l, _)| l == le).map_or(0.0, |(_, m)| *m),
             )
         })
-        .collect();
-    histogram_quantile(&delta, q).map(|s| s * 1000.0)
+        .collect()
 }
 
 fn quantile(text: &str, name: &str, labels: &[(&str, &str)], q: f64) -> Option<f64> {
@@ -495,6 +515,13 @@ fn report(cli: &Cli, off: &Phase, on: &Phase, called: &Phase, load: &str) -> Str
         (
             "webhook call p99 (API server), ms",
             Box::new(|p| ms(p.apiserver_p99_ms)),
+        ),
+        (
+            "webhook calls within 5 ms (API server), %",
+            Box::new(|p| {
+                p.apiserver_within_5ms
+                    .map_or("—".into(), |v| format!("{v:.1}"))
+            }),
         ),
         (
             "controller RSS / peak RSS, MiB",
