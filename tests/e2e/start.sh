@@ -394,13 +394,16 @@ printf 'subjectAltName=IP:127.0.0.1\n' > "$OP_CERTS/san.ext"
 openssl x509 -req -in "$OP_CERTS/tls.csr" -CA "$OP_CERTS/ca.crt" -CAkey "$OP_CERTS/ca.key" \
   -CAcreateserial -days 7 -extfile "$OP_CERTS/san.ext" -out "$OP_CERTS/tls.crt" >/dev/null 2>&1 ||
   fail jobset "openssl failed"
+# Metrics off, as for LWS, Trainer and Kueue: no test reads them, and a port found free can be
+# taken before the manager binds it — the JobSet controller then exits after its readyz passed
+# (seen once in CI beside the faults tier, failing every JobSet and TrainJob scenario).
 cat > "$W/jobset-config.yaml" <<EOF
 apiVersion: config.jobset.x-k8s.io/v1alpha1
 kind: Configuration
 internalCertManagement: {enable: false}
 leaderElection: {leaderElect: false}
 webhook: {port: $JS_WEBHOOK, host: 127.0.0.1, certDir: $OP_CERTS}
-metrics: {bindAddress: "127.0.0.1:$JS_METRICS"}
+metrics: {bindAddress: "0"}
 health: {healthProbeBindAddress: "127.0.0.1:$JS_PROBE"}
 EOF
 log "jobset controller (probe 127.0.0.1:$JS_PROBE, webhook 127.0.0.1:$JS_WEBHOOK)"
