@@ -183,7 +183,8 @@ pub struct RunArgs {
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, env = "PODGROUP_SYNC_HTTP_ADDR", default_value = "0.0.0.0:8080")]
     pub http_addr: SocketAddr,
-    /// Log format.
+    /// Log format. The filter is the PODGROUP_SYNC_LOG variable (default `info`;
+    /// `kube_runtime::controller=warn` is added unless it names kube_runtime).
     #[arg(
         long,
         env = "PODGROUP_SYNC_LOG_FORMAT",
