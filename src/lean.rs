@@ -5,14 +5,11 @@
 //! right after — were built in full. [`Lean`] reads each top-level field once into its final
 //! place and, for jobs, skips `metadata.managedFields` without building it.
 
-use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::Resource;
-use kube::api::{ApiResource, DynamicObject, TypeMeta};
-use kube::core::DynamicResourceScope;
+use kube::api::{DynamicObject, TypeMeta};
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::{Map, Value};
 
@@ -34,38 +31,7 @@ impl<const M: bool> From<Lean<M>> for Packed {
     }
 }
 
-impl<const M: bool> Resource for Lean<M> {
-    type DynamicType = ApiResource;
-    type Scope = DynamicResourceScope;
-
-    fn group(dt: &ApiResource) -> Cow<'_, str> {
-        dt.group.as_str().into()
-    }
-
-    fn version(dt: &ApiResource) -> Cow<'_, str> {
-        dt.version.as_str().into()
-    }
-
-    fn kind(dt: &ApiResource) -> Cow<'_, str> {
-        dt.kind.as_str().into()
-    }
-
-    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
-        dt.api_version.as_str().into()
-    }
-
-    fn plural(dt: &ApiResource) -> Cow<'_, str> {
-        dt.plural.as_str().into()
-    }
-
-    fn meta(&self) -> &ObjectMeta {
-        &self.0.metadata
-    }
-
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.0.metadata
-    }
-}
+crate::packed::dynamic_resource!([const M: bool] Lean<M>; 0.metadata);
 
 impl<'de, const M: bool> Deserialize<'de> for Lean<M> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

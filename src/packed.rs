@@ -5,12 +5,8 @@
 //! else — spec, status and the field-manager entries — as compact JSON text, parsed back into a
 //! `DynamicObject` only when a reconcile, the webhook or an audit reads it.
 
-use std::borrow::Cow;
-
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
-use kube::Resource;
-use kube::api::{ApiResource, DynamicObject, TypeMeta};
-use kube::core::DynamicResourceScope;
+use kube::api::{DynamicObject, TypeMeta};
 use kube::runtime::watcher;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
@@ -92,38 +88,47 @@ pub fn event<K: Into<Packed>>(ev: watcher::Event<K>) -> watcher::Event<Packed> {
     }
 }
 
-impl Resource for Packed {
-    type DynamicType = ApiResource;
-    type Scope = DynamicResourceScope;
+/// `kube::Resource` for a type that stands for any kind (its `DynamicType` is the
+/// `ApiResource`), with its metadata at `self.<path>`: `[generics] Type; path`.
+macro_rules! dynamic_resource {
+    ([$($generics:tt)*] $ty:ty; $($path:tt)+) => {
+        impl<$($generics)*> kube::Resource for $ty {
+            type DynamicType = kube::api::ApiResource;
+            type Scope = kube::core::DynamicResourceScope;
 
-    fn group(dt: &ApiResource) -> Cow<'_, str> {
-        dt.group.as_str().into()
-    }
+            fn group(dt: &kube::api::ApiResource) -> std::borrow::Cow<'_, str> {
+                dt.group.as_str().into()
+            }
 
-    fn version(dt: &ApiResource) -> Cow<'_, str> {
-        dt.version.as_str().into()
-    }
+            fn version(dt: &kube::api::ApiResource) -> std::borrow::Cow<'_, str> {
+                dt.version.as_str().into()
+            }
 
-    fn kind(dt: &ApiResource) -> Cow<'_, str> {
-        dt.kind.as_str().into()
-    }
+            fn kind(dt: &kube::api::ApiResource) -> std::borrow::Cow<'_, str> {
+                dt.kind.as_str().into()
+            }
 
-    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
-        dt.api_version.as_str().into()
-    }
+            fn api_version(dt: &kube::api::ApiResource) -> std::borrow::Cow<'_, str> {
+                dt.api_version.as_str().into()
+            }
 
-    fn plural(dt: &ApiResource) -> Cow<'_, str> {
-        dt.plural.as_str().into()
-    }
+            fn plural(dt: &kube::api::ApiResource) -> std::borrow::Cow<'_, str> {
+                dt.plural.as_str().into()
+            }
 
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
+            fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &self.$($path)+
+            }
 
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
+            fn meta_mut(&mut self) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &mut self.$($path)+
+            }
+        }
+    };
 }
+pub(crate) use dynamic_resource;
+
+dynamic_resource!([] Packed; metadata);
 
 impl<'de> Deserialize<'de> for Packed {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
