@@ -45,6 +45,8 @@ pub struct Caches {
     pub capacity: Option<crate::health::capacity::CapacityCaches>,
     /// What Kueue admitted, per job (while Kueue's Workload CRD is served).
     pub kueue: crate::kueue::Admissions,
+    /// Volcano's tier numbers by name (while HyperNodes are served).
+    pub tiers: crate::tiers::Tiers,
 }
 
 /// The job cache of each watched kind and version.

@@ -182,6 +182,7 @@ impl ContextCaches {
             unlinked: Default::default(),
             capacity: self.capacity,
             kueue: Default::default(),
+            tiers: Default::default(),
         };
         Ok(Some((caches, self.tasks)))
     }

@@ -20,6 +20,8 @@ pub struct Served {
     pub backends: BTreeSet<BackendKind>,
     /// Kueue's Workloads (`kueue.x-k8s.io/v1beta2`, SPEC §12).
     pub kueue: bool,
+    /// Volcano's HyperNodes (`topology.volcano.sh/v1alpha1`, SPEC §13): their tier names.
+    pub hyper_nodes: bool,
 }
 
 impl Served {
@@ -69,6 +71,10 @@ pub async fn discover(client: &Client, kinds: &[&'static JobKind]) -> Result<Ser
     served.kueue = resources_of(workloads.api_version)
         .await?
         .is_some_and(|r| r.contains(&workloads.plural));
+    let hyper_nodes = crate::tiers::hyper_node_resource();
+    served.hyper_nodes = resources_of(hyper_nodes.api_version)
+        .await?
+        .is_some_and(|r| r.contains(&hyper_nodes.plural));
     Ok(served)
 }
 
@@ -87,6 +93,8 @@ pub struct Changes {
     pub stop_kinds: Vec<&'static JobKind>,
     /// Start (true) or stop (false) the Workload watch.
     pub kueue: Option<bool>,
+    /// Start (true) or stop (false) the HyperNode watch.
+    pub hyper_nodes: Option<bool>,
 }
 
 /// The difference between what runs and what is served. Backends and kinds keep the order of
@@ -112,6 +120,7 @@ pub fn changes(running: &Served, served: &Served) -> Changes {
         start_kinds: kinds(served, running),
         stop_kinds: kinds(running, served),
         kueue: (running.kueue != served.kueue).then_some(served.kueue),
+        hyper_nodes: (running.hyper_nodes != served.hyper_nodes).then_some(served.hyper_nodes),
     }
 }
 
@@ -125,6 +134,7 @@ mod tests {
             kinds: kinds.iter().map(|k| (k.kind, k.version)).collect(),
             backends: backends.iter().copied().collect(),
             kueue: false,
+            hyper_nodes: false,
         }
     }
 
@@ -179,6 +189,18 @@ mod tests {
         assert_eq!(changes(&without, &with).kueue, Some(true));
         assert_eq!(changes(&with, &without).kueue, Some(false));
         assert_eq!(changes(&with, &with).kueue, None);
+    }
+
+    #[test]
+    fn rule_13_hyper_nodes_are_watched_while_served() {
+        let without = served(&[&PYTORCHJOB], &[BackendKind::Volcano]);
+        let with = Served {
+            hyper_nodes: true,
+            ..without.clone()
+        };
+        assert_eq!(changes(&without, &with).hyper_nodes, Some(true));
+        assert_eq!(changes(&with, &without).hyper_nodes, Some(false));
+        assert_eq!(changes(&with, &with), Changes::default());
     }
 
     #[test]

@@ -47,6 +47,7 @@ pub mod running;
 pub mod settings;
 pub mod strip;
 pub mod target;
+pub mod tiers;
 pub mod topology;
 pub mod trigger;
 pub mod unlinked;

@@ -28,6 +28,7 @@ use crate::resources::AdmissionDefaults;
 use crate::settings::{FIELD_MANAGER, ResizePolicy, Settings};
 use crate::target::{Around, NoPodGroup, Target, target};
 pub use crate::target::{PodGroups, ours};
+use crate::topology::TierNumbers;
 
 /// A resourceVersion no PodGroup can have (etcd's first revision belongs to the API server's own
 /// bootstrap). A server-side apply that carries it creates the object when there is none and is
@@ -66,6 +67,8 @@ pub struct Input<'a> {
     pub kueue: Option<&'a crate::kueue::Admission>,
     /// Spec fields the cluster's PodGroups were found to drop, per backend (`dropped`).
     pub dropped: &'a BTreeSet<(BackendKind, String)>,
+    /// Volcano's tier numbers by name, from the cluster's HyperNodes (SPEC §13).
+    pub tiers: &'a Arc<TierNumbers>,
 }
 
 /// How a reconcile ended.
@@ -366,6 +369,14 @@ pub fn plan(input: &Input) -> Plan {
 
 /// An active job with its PodGroups chosen ([`target`]): report what is off in the templates,
 /// then create, update or leave each PodGroup (SPEC §3) — the job's one, or one per group.
+/// The gang with the cluster's tier numbers, when it asks for a placement (SPEC §13).
+fn with_tiers(mut gang: Gang, tiers: &Arc<TierNumbers>) -> Gang {
+    if !gang.topology.is_empty() {
+        gang.topology.tiers = tiers.clone();
+    }
+    gang
+}
+
 fn plan_active(input: &Input, mode: Mode, job: &Job, t: Target) -> Plan {
     let Target {
         backend: backend_kind,
@@ -375,7 +386,7 @@ fn plan_active(input: &Input, mode: Mode, job: &Job, t: Target) -> Plan {
         warnings: name_warnings,
         grouped,
     } = t;
-    let gang = &gang;
+    let gang = &with_tiers(gang, input.tiers);
     let opts = &input.settings.backend_options;
     let backend = backend_kind.backend();
     let mut plan = Plan::new(Outcome::Done);
@@ -1000,6 +1011,7 @@ mod tests {
             queues: None,
             kueue: None,
             dropped: &BTreeSet::new(),
+            tiers: &Default::default(),
         })
     }
 
@@ -1861,6 +1873,7 @@ mod tests {
             queues: None,
             kueue: Some(admission),
             dropped: &BTreeSet::new(),
+            tiers: &Default::default(),
         })
     }
 
@@ -1952,6 +1965,7 @@ mod tests {
             queues,
             kueue: None,
             dropped: &BTreeSet::new(),
+            tiers: &Default::default(),
         })
     }
 

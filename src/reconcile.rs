@@ -293,6 +293,7 @@ fn plan_for(obj: &DynamicObject, ctx: &Context, kind: &'static JobKind) -> Plan 
         queues: queues.as_deref(),
         kueue: kueue.as_deref(),
         dropped: &dropped,
+        tiers: &ctx.caches.tiers.get(),
     })
 }
 

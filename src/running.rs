@@ -51,6 +51,8 @@ pub struct Running {
     queues: Option<JoinHandle<()>>,
     /// The Workload watch, while Kueue is served (SPEC §12).
     kueue: Option<JoinHandle<()>>,
+    /// The HyperNode watch, while HyperNodes are served (SPEC §13).
+    hyper_nodes: Option<JoinHandle<()>>,
 }
 
 impl Running {
@@ -79,6 +81,7 @@ impl Running {
             applied_once: false,
             queues: None,
             kueue: None,
+            hyper_nodes: None,
         }
     }
 
@@ -88,6 +91,7 @@ impl Running {
             kinds: self.kinds.keys().copied().collect(),
             backends: self.backends.keys().copied().collect(),
             kueue: self.kueue.is_some(),
+            hyper_nodes: self.hyper_nodes.is_some(),
         }
     }
 
@@ -105,10 +109,16 @@ impl Running {
             start_kinds,
             stop_kinds,
             kueue,
+            hyper_nodes,
         } = changes(&self.running(), served);
         match kueue {
             Some(true) => self.start_kueue(),
             Some(false) => self.stop_kueue(),
+            None => {}
+        }
+        match hyper_nodes {
+            Some(true) => self.start_hyper_nodes(),
+            Some(false) => self.stop_hyper_nodes(),
             None => {}
         }
         for b in stop_backends {
@@ -252,6 +262,29 @@ impl Running {
         warn!("Kueue's Workload CRD no longer served; stopped watching Workloads");
     }
 
+    fn start_hyper_nodes(&mut self) {
+        let probe = self.liveness.probe(crate::tiers::RESOURCE);
+        self.hyper_nodes = Some(crate::tiers::spawn(
+            self.client.clone(),
+            self.caches.tiers.clone(),
+            self.triggers.clone(),
+            probe,
+            self.metrics.clone(),
+        ));
+        info!("Volcano's HyperNode CRD served; watching HyperNode tiers");
+    }
+
+    fn stop_hyper_nodes(&mut self) {
+        if let Some(h) = self.hyper_nodes.take() {
+            h.abort();
+        }
+        self.liveness.retire(crate::tiers::RESOURCE);
+        if self.caches.tiers.clear() {
+            let _ = self.triggers.send(Trigger::All);
+        }
+        warn!("Volcano's HyperNode CRD no longer served; stopped watching HyperNodes");
+    }
+
     fn start_kind(&mut self, kind: &'static JobKind) {
         let (h, store) = spawn_kind_controller(
             self.client.clone(),
@@ -307,6 +340,7 @@ impl Running {
             .chain(others)
             .chain(self.queues)
             .chain(self.kueue)
+            .chain(self.hyper_nodes)
         {
             h.abort();
         }

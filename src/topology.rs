@@ -6,6 +6,7 @@
 //! Nothing here imports a step of the pipeline: the model sits below the gang and the backends.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::workload::{InvalidJob, Job, PodSet};
 
@@ -85,6 +86,34 @@ pub struct SetRequest {
     pub slices: Option<Slices>,
 }
 
+/// Volcano's tier numbers by tier name (a node label key), from the cluster's HyperNodes.
+pub type TierNumbers = BTreeMap<String, u32>;
+
+/// Tier name → tier of HyperNodes given as `(tierName, tier)`. A name two HyperNodes give
+/// different tiers is left out (Volcano would pick one of them at random); so is a tier that is
+/// not a small non-negative number.
+pub fn tier_numbers<'a>(
+    hyper_nodes: impl IntoIterator<Item = (Option<&'a str>, Option<i64>)>,
+) -> TierNumbers {
+    let mut seen: BTreeMap<&str, Option<u32>> = BTreeMap::new();
+    for (name, tier) in hyper_nodes {
+        let (Some(name), Some(tier)) = (name.filter(|n| !n.is_empty()), tier) else {
+            continue;
+        };
+        let tier = u32::try_from(tier).ok();
+        seen.entry(name)
+            .and_modify(|t| {
+                if *t != tier {
+                    *t = None;
+                }
+            })
+            .or_insert(tier);
+    }
+    seen.into_iter()
+        .filter_map(|(name, tier)| Some((name.to_string(), tier?)))
+        .collect()
+}
+
 /// What a job asks of the placement of its gang. Empty for most jobs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Topology {
@@ -95,9 +124,16 @@ pub struct Topology {
     /// Pod sets of the gang that ask for nothing (a domain shared by every other set is then
     /// not the whole gang's).
     pub unconstrained: Vec<String>,
+    /// The cluster's tier numbers, when known (not read from the job: the planner sets them).
+    pub tiers: Arc<TierNumbers>,
 }
 
 impl Topology {
+    /// The tier number of node label `key`, when the cluster's HyperNodes name it.
+    pub fn tier(&self, key: &str) -> Option<u32> {
+        self.tiers.get(key).copied()
+    }
+
     /// Whether the job asks for no placement at all.
     pub fn is_empty(&self) -> bool {
         self.sets.is_empty()

@@ -216,6 +216,8 @@ fn expected_cluster_triples(
     add("node.k8s.io", &["runtimeclasses"], &["list", "watch"]);
     // Kueue's Workloads (SPEC §12), watched while their CRD is served.
     add("kueue.x-k8s.io", &["workloads"], &["list", "watch"]);
+    // Volcano's HyperNodes (SPEC §13): tier numbers by name.
+    add("topology.volcano.sh", &["hypernodes"], &["list", "watch"]);
     add(
         "admissionregistration.k8s.io",
         &[

@@ -995,6 +995,13 @@ async fn s_a_sliced_job_lands_each_slice_in_one_rack(backend: Backend) {
             })
             .await;
         assert_eq!(spec(&pg)["subGroupPolicy"][0]["minSubGroups"], 2);
+        assert!(
+            topology::applied_tier_numbers(&pg),
+            "run {run}: podgroup-sync's own apply gives the slices' tier by number (Volcano 1.14 \
+             ignores a sub-group's tier name until its scheduler has written the PodGroup back: \
+             volcano-sh/volcano#5189): {:?}",
+            pg.metadata.managed_fields
+        );
         let pods = s.wait_all_running(&ns, &job, 16).await;
         let placed = racks_per_slice(&pods, &racks, 8);
         assert!(
@@ -1036,6 +1043,16 @@ async fn s_a_sliced_job_lands_each_slice_in_one_rack(backend: Backend) {
     m["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"]["annotations"]
         [SLICE_SIZE] = json!("4");
     s.create(&ns, Kind::JobSet, &m).await;
+    let pg = s
+        .wait_pg(&ns, backend, &js, "a subGroupPolicy", |pg| {
+            spec(pg)["subGroupPolicy"].is_array()
+        })
+        .await;
+    assert!(
+        topology::applied_tier_numbers(&pg),
+        "the JobSet's slices' tier by number: {:?}",
+        pg.metadata.managed_fields
+    );
     let pods = s.wait_all_running(&ns, &js, 8).await;
     let mut by_job: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
         Default::default();

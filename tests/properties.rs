@@ -548,6 +548,7 @@ fn webhook_and_planner(
         queues: None,
         kueue: None,
         dropped: &Default::default(),
+        tiers: &Default::default(),
     });
     let written = planned
         .writes

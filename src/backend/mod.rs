@@ -274,7 +274,7 @@ pub trait PodGroupBackend: Sync {
 
     /// Annotations that record what the PodGroup's `spec` asked for, where the scheduler rewrites
     /// the spec in its own terms (see [`accept_rewrites`](Self::accept_rewrites)).
-    fn spec_annotations(&self, _spec: &Value) -> BTreeMap<String, String> {
+    fn spec_annotations(&self, _gang: &Gang, _spec: &Value) -> BTreeMap<String, String> {
         BTreeMap::new()
     }
 
@@ -399,7 +399,7 @@ pub fn desired_object(
         }],
     });
     let mut annotations = backend.annotations(job);
-    annotations.extend(backend.spec_annotations(&spec));
+    annotations.extend(backend.spec_annotations(gang, &spec));
     if !annotations.is_empty() {
         metadata["annotations"] = json!(annotations);
     }

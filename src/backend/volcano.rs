@@ -12,7 +12,7 @@ use super::{
 use crate::gang::Gang;
 use crate::job::{InvalidJob, Job};
 use crate::names::valid_label_value;
-use crate::topology::{Mode, POD_SET_LABEL, SLICE_LABEL, SetRequest};
+use crate::topology::{Mode, POD_SET_LABEL, SLICE_LABEL, SetRequest, Topology};
 
 /// The PodGroup annotation recording the tier names its spec asked for (see
 /// `accept_rewrites`).
@@ -161,9 +161,10 @@ impl PodGroupBackend for Volcano {
         gaps
     }
 
-    /// The tier names of the spec, which the scheduler replaces by tier numbers.
-    fn spec_annotations(&self, spec: &Value) -> BTreeMap<String, String> {
-        let names = tier_names(spec);
+    /// The tier names the spec asks for (by name, or by the number the name has now), which
+    /// the scheduler replaces by tier numbers.
+    fn spec_annotations(&self, gang: &Gang, spec: &Value) -> BTreeMap<String, String> {
+        let names = tier_names(&gang.topology, spec);
         if names.is_empty() {
             return BTreeMap::new();
         }
@@ -348,7 +349,10 @@ fn topology(job: &Job, gang: &Gang, opts: &BackendOptions, spec: &mut Map<String
     }
     let common = t.common_domain();
     if let Some(d) = common {
-        spec.insert("networkTopology".into(), network_topology(d.mode, &d.key));
+        spec.insert(
+            "networkTopology".into(),
+            network_topology(t, d.mode, &d.key),
+        );
     }
     if !opts.pods_labelled {
         // An entry whose selector no pod matches would hold the gang for ever.
@@ -369,7 +373,7 @@ fn topology(job: &Job, gang: &Gang, opts: &BackendOptions, spec: &mut Map<String
                     slices.size,
                     counted.div_ceil(slices.size),
                     SLICE_LABEL,
-                    network_topology(Mode::Required, &slices.key),
+                    network_topology(t, Mode::Required, &slices.key),
                 ));
             }
             (None, Some(d)) if common.is_none() => {
@@ -379,7 +383,7 @@ fn topology(job: &Job, gang: &Gang, opts: &BackendOptions, spec: &mut Map<String
                     s.pods,
                     u64::from(counted > 0),
                     POD_SET_LABEL,
-                    network_topology(d.mode, &d.key),
+                    network_topology(t, d.mode, &d.key),
                 ));
             }
             _ => {}
@@ -390,12 +394,18 @@ fn topology(job: &Job, gang: &Gang, opts: &BackendOptions, spec: &mut Map<String
     }
 }
 
-fn network_topology(mode: Mode, key: &str) -> Value {
+/// The tier by its number when the cluster's HyperNodes name it without doubt, by its name
+/// otherwise (see `tiers`: Volcano 1.14 ignores a name in a `subGroupPolicy` entry until its
+/// scheduler has written the PodGroup back).
+fn network_topology(t: &Topology, mode: Mode, key: &str) -> Value {
     let mode = match mode {
         Mode::Required => "hard",
         Mode::Preferred => "soft",
     };
-    json!({"mode": mode, "highestTierName": key})
+    match t.tier(key) {
+        Some(tier) => json!({"mode": mode, "highestTierAllowed": tier}),
+        None => json!({"mode": mode, "highestTierName": key}),
+    }
 }
 
 /// One `subGroupPolicy` entry: the set's pods (by the webhook's pod-set label), grouped by the
@@ -411,15 +421,21 @@ fn policy(s: &SetRequest, size: u64, min: u64, group_by: &str, topology: Value) 
     })
 }
 
-/// `networkTopology=<name>` and `<sub-group>=<name>` for every tier name the spec asks for.
-fn tier_names(spec: &Value) -> String {
-    let name = |t: Option<&Value>| {
-        t.and_then(|t| t.get("highestTierName"))
-            .and_then(Value::as_str)
-            .map(str::to_string)
+/// `networkTopology=<name>` and `<sub-group>=<name>` for every tier the spec asks for: its
+/// name, or, where the spec gives the tier's number, the name of the node label the job asked
+/// for (the gang's domain, or the set's slices or domain).
+fn tier_names(t: &Topology, spec: &Value) -> String {
+    let name = |entry: Option<&Value>, key: Option<&str>| -> Option<String> {
+        let entry = entry?;
+        match entry.get("highestTierName").and_then(Value::as_str) {
+            Some(n) => Some(n.to_string()),
+            None if entry.get("highestTierAllowed").is_some() => key.map(str::to_string),
+            None => None,
+        }
     };
     let mut out = Vec::new();
-    if let Some(n) = name(spec.get("networkTopology")) {
+    let common = t.common_domain().map(|d| d.key.as_str());
+    if let Some(n) = name(spec.get("networkTopology"), common) {
         out.push(format!("networkTopology={n}"));
     }
     for p in spec
@@ -428,8 +444,17 @@ fn tier_names(spec: &Value) -> String {
         .into_iter()
         .flatten()
     {
-        if let Some(n) = name(p.get("networkTopology")) {
-            let policy = p.get("name").and_then(Value::as_str).unwrap_or_default();
+        let policy = p.get("name").and_then(Value::as_str).unwrap_or_default();
+        let key = t
+            .sets
+            .iter()
+            .find(|s| s.pod_set.to_ascii_lowercase() == policy)
+            .and_then(|s| match (&s.slices, &s.domain) {
+                (Some(sl), _) => Some(sl.key.as_str()),
+                (None, Some(d)) => Some(d.key.as_str()),
+                (None, None) => None,
+            });
+        if let Some(n) = name(p.get("networkTopology"), key) {
             out.push(format!("{policy}={n}"));
         }
     }

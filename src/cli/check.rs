@@ -60,6 +60,11 @@ pub fn required_permissions(run: &RunArgs) -> Vec<Permission> {
         out.extend(cluster(kind.group, kind.plural, &read));
     }
     out.extend(cluster("kueue.x-k8s.io", "workloads", &["list", "watch"]));
+    out.extend(cluster(
+        "topology.volcano.sh",
+        "hypernodes",
+        &["list", "watch"],
+    ));
     for (group, resource) in [
         ("", "namespaces"),
         ("", "limitranges"),

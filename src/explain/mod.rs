@@ -238,7 +238,9 @@ pub fn explain_job(
         &around.runtime_classes,
     )
     .map_err(|e| job::InvalidJob::InvalidResources(format!("namespace admission defaults: {e}")))?;
-    let gang = gang::compute(&job, &priorities, &defaults)?;
+    let mut gang = gang::compute(&job, &priorities, &defaults)?;
+    // The tier numbers the controller writes, from the HyperNodes given or read.
+    gang.topology.tiers = topology::tier_numbers(around);
     let enablement = Enablement {
         annotation_key: String::new(),
         default_mode: Mode::Manage,

@@ -64,6 +64,18 @@ pub fn describe(
     }
 }
 
+/// The tier numbers of the HyperNodes given or read (none when unknown), as the controller
+/// keeps them.
+pub fn tier_numbers(around: &Surroundings) -> std::sync::Arc<crate::topology::TierNumbers> {
+    let hyper_nodes = around.hyper_nodes.iter().flatten();
+    std::sync::Arc::new(crate::topology::tier_numbers(hyper_nodes.map(|h| {
+        (
+            h.pointer("/spec/tierName").and_then(Value::as_str),
+            h.pointer("/spec/tier").and_then(Value::as_i64),
+        )
+    })))
+}
+
 /// Volcano resolves `highestTierName` through the HyperNodes' `spec.tierName`: say which node
 /// labels name a tier and which do not (when HyperNodes were given or read).
 fn describe_tiers(out: &mut String, gang: &Gang, around: &Surroundings) {
@@ -90,7 +102,8 @@ fn describe_tiers(out: &mut String, gang: &Gang, around: &Surroundings) {
             .collect();
         let line = match tiers.iter().min() {
             Some(tier) => format!(
-                "tier {tier} is named {key} ({} HyperNodes): each domain is placed within one",
+                "tier {tier} is named {key} ({} HyperNodes): each domain is placed within one; \
+                 the PodGroup gives the tier's number",
                 tiers.len()
             ),
             None => format!(
@@ -170,9 +183,11 @@ spec:
             ),
             "{out}"
         );
-        // The document is the controller's (with the webhook on).
+        // The document is the controller's (with the webhook on): a tier the HyperNodes name by
+        // its number, one they do not by its name.
+        assert!(out.contains("highestTierAllowed: 1"), "{out}");
         assert!(
-            out.contains("highestTierName: topology.example.com/rack"),
+            out.contains("highestTierName: topology.example.com/block"),
             "{out}"
         );
     }

@@ -186,6 +186,23 @@ pub async fn none_binds_for(s: &Scope, job: &str, secs: u64) {
 }
 
 /// The PodGroup writes podgroup-sync sent so far of `op` (`create`, `update`) on `backend`.
+/// Whether the PodGroup's first sub-group gives its tier by number, as podgroup-sync applied it:
+/// podgroup-sync's apply still owns `subGroupPolicy` (an atomic list, which Volcano's scheduler
+/// would own had it rewritten a tier name into a number).
+pub fn applied_tier_numbers(pg: &DynamicObject) -> bool {
+    let by_number =
+        pg.data["spec"]["subGroupPolicy"][0]["networkTopology"]["highestTierAllowed"].is_u64();
+    let owned = pg.metadata.managed_fields.iter().flatten().any(|m| {
+        m.manager.as_deref() == Some("podgroup-sync")
+            && m.operation.as_deref() == Some("Apply")
+            && m.fields_v1.as_ref().is_some_and(|f| {
+                let f = serde_json::to_value(f).unwrap_or_default();
+                f.pointer("/f:spec/f:subGroupPolicy").is_some()
+            })
+    });
+    by_number && owned
+}
+
 pub fn writes(s: &Scope, backend: &str, op: &str) -> f64 {
     s.env
         .controller

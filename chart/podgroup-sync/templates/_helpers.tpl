@@ -96,6 +96,11 @@ are only listed and watched (by caches), never fetched one by one, so "get" is n
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads"]
   verbs: ["list", "watch"]
+# Volcano's HyperNodes (when installed): the number of each tier a job names by its node label
+# (SPEC §13). Only their tier and tier name are kept.
+- apiGroups: ["topology.volcano.sh"]
+  resources: ["hypernodes"]
+  verbs: ["list", "watch"]
 # Namespaces carry the enablement and backend annotations.
 - apiGroups: [""]
   resources: ["namespaces"]

@@ -286,6 +286,16 @@ fn rule_13_a_malformed_request_is_an_invalid_job_with_no_pod_group() {
 
 /// Plans with these fields known to be dropped by the cluster.
 fn plan_dropping(job: &Value, pgs: &Cached, dropped: &[(BackendKind, &str)]) -> Plan {
+    plan_full(job, pgs, dropped, &Default::default())
+}
+
+/// Plans with these fields known to be dropped and these tier numbers known.
+fn plan_full(
+    job: &Value,
+    pgs: &Cached,
+    dropped: &[(BackendKind, &str)],
+    tiers: &std::sync::Arc<crate::topology::TierNumbers>,
+) -> Plan {
     let obj: DynamicObject = serde_json::from_value(job.clone()).unwrap();
     let dropped: BTreeSet<(BackendKind, String)> =
         dropped.iter().map(|(b, f)| (*b, f.to_string())).collect();
@@ -308,6 +318,7 @@ fn plan_dropping(job: &Value, pgs: &Cached, dropped: &[(BackendKind, &str)]) -> 
         queues: None,
         kueue: None,
         dropped: &dropped,
+        tiers,
     })
 }
 
@@ -480,4 +491,67 @@ fn rule_13_volcanos_own_rewrite_of_tier_names_into_numbers_is_accepted_not_undon
     pg["spec"]["networkTopology"] = json!({"mode": "soft", "highestTierAllowed": 2});
     let cached = served_all().with(BackendKind::Volcano, pg);
     assert!(plan_of(&j, &cached, &with_webhook()).write().is_some());
+}
+
+#[test]
+fn rule_13_volcano_tiers_the_hyper_nodes_name_are_written_as_numbers() {
+    let j = topology_job("volcano", 16, json!({REQUIRED: BLOCK}), slices_of_8());
+    let tiers = std::sync::Arc::new(crate::topology::TierNumbers::from([
+        (RACK.to_string(), 1),
+        (BLOCK.to_string(), 2),
+    ]));
+    let p = plan_full(&j, &served_all(), &[], &tiers);
+    let w = p.write().expect("a create");
+    assert_eq!(
+        w.body["spec"]["networkTopology"],
+        json!({"mode": "hard", "highestTierAllowed": 2})
+    );
+    assert_eq!(
+        w.body["spec"]["subGroupPolicy"][0]["networkTopology"],
+        json!({"mode": "hard", "highestTierAllowed": 1}),
+        "Volcano 1.14 drops a sub-group's tier given by name (volcano-sh/volcano#5189)"
+    );
+    assert_eq!(
+        w.body["metadata"]["annotations"]["podgroup-sync.io/tier-names"],
+        format!("networkTopology={BLOCK},worker={RACK}"),
+        "the names asked for are still recorded"
+    );
+
+    // Written by name before the tiers were known, then resolved by Volcano's scheduler: the
+    // same request, nothing to write.
+    let by_name = plan_full(&j, &served_all(), &[], &Default::default())
+        .write()
+        .cloned()
+        .unwrap();
+    let mut pg = stored(&by_name, json!({"phase": "Pending"}));
+    let unresolved = served_all().with(BackendKind::Volcano, pg.clone());
+    pg["spec"]["networkTopology"] = json!({"mode": "hard", "highestTierAllowed": 2});
+    pg["spec"]["subGroupPolicy"][0]["networkTopology"] =
+        json!({"mode": "hard", "highestTierAllowed": 1});
+    let resolved = served_all().with(BackendKind::Volcano, pg);
+    let p = plan_full(&j, &resolved, &[], &tiers);
+    assert!(p.write().is_none(), "{:?}", p.write());
+    // Still by name (the scheduler has not placed it yet): the numbers are written.
+    let p = plan_full(&j, &unresolved, &[], &tiers);
+    let w = p.write().expect("an update");
+    assert_eq!(
+        w.body["spec"]["subGroupPolicy"][0]["networkTopology"]["highestTierAllowed"],
+        1
+    );
+
+    // A tier the HyperNodes do not name stays a name.
+    let only_rack =
+        std::sync::Arc::new(crate::topology::TierNumbers::from([(RACK.to_string(), 1)]));
+    let w = plan_full(&j, &served_all(), &[], &only_rack)
+        .write()
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        w.body["spec"]["networkTopology"],
+        json!({"mode": "hard", "highestTierName": BLOCK})
+    );
+    assert_eq!(
+        w.body["spec"]["subGroupPolicy"][0]["networkTopology"],
+        json!({"mode": "hard", "highestTierAllowed": 1})
+    );
 }
