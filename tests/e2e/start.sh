@@ -132,6 +132,9 @@ kubectl() { "$CP_BIN/kubectl" --kubeconfig="$KC" "$@"; }
 
 # --- helpers ----------------------------------------------------------------------------------
 
+# The operators' metrics servers are off ("0"; SPC_METRICS, TO_METRICS, RAY_METRICS, JS_METRICS
+# are left unused): a port found free here can be taken before the operator binds it, and a
+# controller that cannot bind its metrics port exits.
 read -r KWOK_PORT NKCM_PORT SP_PORT SPC_METRICS SPC_PROBE VC_LISTEN VC_HEALTH VCM_LISTEN \
   VCM_HEALTH TO_METRICS TO_PROBE TO_WEBHOOK JS_WEBHOOK JS_METRICS JS_PROBE RAY_METRICS \
   RAY_PROBE LWS_WEBHOOK LWS_PROBE TR_WEBHOOK TR_PROBE KQ_WEBHOOK KQ_PROBE < <(free_ports 23)
@@ -255,7 +258,7 @@ else
 # --- scheduler-plugins ------------------------------------------------------------------------
 log "scheduler-plugins controller (probe 127.0.0.1:$SPC_PROBE)"
 start sp-controller "$SCHEDULER_PLUGINS_CONTROLLER" --kubeconfig="$KC" \
-  --metricsAddr="127.0.0.1:$SPC_METRICS" --probeAddr="127.0.0.1:$SPC_PROBE" \
+  --metricsAddr=0 --probeAddr="127.0.0.1:$SPC_PROBE" \
   --enableLeaderElection=false
 wait_ready sp-controller "$STARTED_PID" http_ok "http://127.0.0.1:$SPC_PROBE/readyz"
 
@@ -362,7 +365,7 @@ kubectl -n kubeflow create secret generic training-operator-webhook-cert --dry-r
 log "training-operator (probe 127.0.0.1:$TO_PROBE, webhook :$TO_WEBHOOK)"
 start training-operator env -u KUBECONFIG TMPDIR="$TO_TMP" MY_POD_NAMESPACE=kubeflow \
   "$TRAINING_OPERATOR" --kubeconfig="$KC" \
-  --metrics-bind-address="127.0.0.1:$TO_METRICS" --health-probe-bind-address="127.0.0.1:$TO_PROBE" \
+  --metrics-bind-address=0 --health-probe-bind-address="127.0.0.1:$TO_PROBE" \
   --webhook-server-port="$TO_WEBHOOK" --leader-elect=false \
   --enable-scheme=pytorchjob --enable-scheme=tfjob --enable-scheme=xgboostjob \
   --kube-api-qps=100 --kube-api-burst=200 --controller-threads=4
@@ -447,7 +450,7 @@ kubectl apply --server-side --field-manager=podgroup-sync-e2e -f "$KUBERAY_CRDS/
 log "kuberay operator (probe 127.0.0.1:$RAY_PROBE)"
 # --kubeconfig (controller-runtime's flag) rather than the variable: stop.sh finds a component by
 # the work directory in its argv.
-start kuberay env -u KUBECONFIG "$KUBERAY" --kubeconfig="$KC" --metrics-addr="127.0.0.1:$RAY_METRICS" \
+start kuberay env -u KUBECONFIG "$KUBERAY" --kubeconfig="$KC" --metrics-addr=0 \
   --health-probe-bind-address="127.0.0.1:$RAY_PROBE" --enable-leader-election=false
 wait_ready kuberay "$STARTED_PID" http_ok "http://127.0.0.1:$RAY_PROBE/readyz"
 
