@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
@@ -310,8 +311,18 @@ async fn execute(
     for delete in &plan.deletes {
         delete_pod_group(ctx, &namespace, delete).await?;
     }
-    for write in std::mem::take(&mut plan.writes) {
-        execute_write(obj, ctx, &mut plan, write).await?;
+    // A job of many PodGroups (a LeaderWorkerSet of N groups) has them written side by side;
+    // the answers are taken in the plan's order.
+    let writes = std::mem::take(&mut plan.writes);
+    let namespace_ref = namespace.as_str();
+    let mut answers = futures::stream::iter(writes)
+        .map(|write| async move {
+            let answer = apply(ctx, namespace_ref, &write).await;
+            (write, answer)
+        })
+        .buffered(WRITES_IN_FLIGHT);
+    while let Some((write, answer)) = answers.next().await {
+        settle_write(obj, ctx, &mut plan, write, answer)?;
     }
     if plan.valid {
         ctx.events.forget(&uid, &[Reason::InvalidSpec]);
@@ -328,17 +339,23 @@ async fn execute(
     Ok(plan.outcome)
 }
 
-/// Applies one PodGroup of a plan; a refusal is reported on the plan (and remembered), a
-/// create that found the PodGroup made since the cache looked is looked at again.
-async fn execute_write(
+/// PodGroup writes of one job in flight at once (the controller's default `--concurrency`).
+const WRITES_IN_FLIGHT: usize = 16;
+
+/// Takes the answer to one PodGroup write of a plan: a refusal is reported on the plan (and
+/// remembered), a create that found the PodGroup made since the cache looked is looked at again.
+/// (The reconcile's own error type, as every step returns it.)
+#[allow(clippy::result_large_err)]
+fn settle_write(
     obj: &DynamicObject,
     ctx: &Context,
     plan: &mut Plan,
     write: Write,
+    answer: Result<bool, Error>,
 ) -> Result<(), Error> {
     let namespace = obj.namespace().unwrap_or_default();
     let uid = obj.uid().unwrap_or_default();
-    match apply(ctx, &namespace, &write).await {
+    match answer {
         Ok(learned) => {
             ctx.refused.lock().expect("lock").remove(&uid);
             if write.op == Op::Create {
