@@ -1,7 +1,7 @@
 //! The cost of the any-workload kinds (SPEC §11; issue 29): a LeaderWorkerSet of `--groups`
 //! groups — that many PodGroups from one object — and a JobSet of `--jobs` worker Jobs — one
 //! PodGroup over all of them. Each on a fresh control plane, podgroup-sync against a bare client
-//! that creates the same PodGroups itself (`--concurrency` in flight).
+//! that applies the same PodGroups itself (`--concurrency` in flight).
 //!
 //! ```sh
 //! cargo bench --bench kinds -- [--groups 1000] [--jobs 1000] [--concurrency 16] [--out DIR]
@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use futures::StreamExt;
-use kube::api::{DynamicObject, ListParams, PostParams};
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use support::controller::{self, cpu_seconds, proc_status};
@@ -39,6 +39,10 @@ struct Cli {
     /// The bare client's creates in flight, and the controller's --concurrency.
     #[arg(long, default_value_t = 16)]
     concurrency: usize,
+    /// Runs of each contender per kind (fresh control planes each time); the report gives the
+    /// median and the spread.
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
     /// Where RESULTS.md goes.
     #[arg(long, default_value = "target/bench/kinds")]
     out: PathBuf,
@@ -59,6 +63,10 @@ struct Row {
     writes_after_quiet: f64,
     cpu_s: f64,
     rss_mib: f64,
+    /// The median of the runs' ratios (a run's two contenders share its conditions).
+    ratio: f64,
+    /// Every run's times.
+    runs: String,
 }
 
 fn main() -> std::process::ExitCode {
@@ -104,7 +112,8 @@ fn check_min(row: &Row, want: u64) -> Res<()> {
     Ok(())
 }
 
-/// podgroup-sync on a fresh control plane, then the bare client on another.
+/// `--repeat` times podgroup-sync on a fresh control plane, then the bare client on another;
+/// the medians, with every run's times for the spread.
 async fn kind(
     cli: &Cli,
     name: &'static str,
@@ -112,14 +121,45 @@ async fn kind(
     manifest: Value,
     pod_groups: usize,
 ) -> Res<Row> {
-    let (ours, wanted) = ours(cli, ar, manifest, pod_groups).await?;
-    let bare_s = bare(cli, &wanted).await?;
+    let mut runs = Vec::new();
+    for _ in 0..cli.repeat.max(1) {
+        let (ours, wanted) = ours(cli, ar, manifest.clone(), pod_groups).await?;
+        let bare_s = bare(cli, &wanted).await?;
+        let row = Row {
+            kind: name,
+            bare_s,
+            ..ours
+        };
+        eprintln!("{row:?}");
+        runs.push(row);
+    }
+    let median = |f: fn(&Row) -> f64| {
+        let mut v: Vec<f64> = runs.iter().map(f).collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let spread = |f: fn(&Row) -> f64| {
+        let v: Vec<String> = runs.iter().map(|r| format!("{:.2}", f(r))).collect();
+        v.join(", ")
+    };
+    let (ours_runs, bare_runs) = (spread(|r| r.ours_s), spread(|r| r.bare_s));
+    let ratio_runs = spread(|r| r.ours_s / r.bare_s.max(1e-3));
     let row = Row {
         kind: name,
-        bare_s,
-        ..ours
+        pod_groups,
+        min_member: runs.iter().map(|r| r.min_member).min().unwrap_or_default(),
+        ours_s: median(|r| r.ours_s),
+        bare_s: median(|r| r.bare_s),
+        ratio: median(|r| r.ours_s / r.bare_s.max(1e-3)),
+        writes: runs.iter().map(|r| r.writes).fold(0.0, f64::max),
+        writes_after_quiet: runs
+            .iter()
+            .map(|r| r.writes_after_quiet)
+            .fold(0.0, f64::max),
+        cpu_s: median(|r| r.cpu_s),
+        rss_mib: median(|r| r.rss_mib),
+        runs: format!("podgroup-sync {ours_runs} s; bare {bare_runs} s; ratio {ratio_runs}"),
     };
-    eprintln!("{row:?}");
     Ok(row)
 }
 
@@ -193,11 +233,14 @@ async fn ours(
         writes_after_quiet: per(writes_after_quiet),
         cpu_s,
         rss_mib,
+        ratio: 0.0,
+        runs: String::new(),
     };
     Ok((row, wanted))
 }
 
-/// The bare client: the same PodGroups created directly, `--concurrency` in flight.
+/// The bare client: the same PodGroups applied directly as podgroup-sync applies them (forced
+/// server-side apply, the same field manager), `--concurrency` in flight.
 async fn bare(cli: &Cli, wanted: &[Value]) -> Res<f64> {
     let cluster = support::private_cluster();
     let client: Client = cluster.client().await;
@@ -210,8 +253,12 @@ async fn bare(cli: &Cli, wanted: &[Value]) -> Res<f64> {
         .map(|pg| {
             let pgs = pgs.clone();
             async move {
-                let obj: DynamicObject = serde_json::from_value(pg)?;
-                pgs.create(&PostParams::default(), &obj).await?;
+                let name = pg["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                let params = PatchParams::apply("podgroup-sync").force();
+                pgs.patch(&name, &params, &Patch::Apply(&pg)).await?;
                 Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
             }
         })
@@ -224,41 +271,55 @@ async fn bare(cli: &Cli, wanted: &[Value]) -> Res<f64> {
     Ok(seconds)
 }
 
+/// The ratio to the bare client; none for a single PodGroup, whose floor is one request.
+fn ratio(r: &Row) -> String {
+    if r.pod_groups > 1 {
+        format!("{:.2}×", r.ratio)
+    } else {
+        "—".into()
+    }
+}
+
 fn report(cli: &Cli, rows: &[Row], load: &str, took: Duration) -> String {
     let mut md = format!(
         "# The any-workload kinds' cost (SPEC §11)\n\n\
-         `cargo bench --bench kinds -- --groups {} --jobs {} --concurrency {}` ({:.0} s; load \
+         `cargo bench --bench kinds -- --groups {} --jobs {} --concurrency {} --repeat {}` ({:.0} s; load \
          average before: {load}). Each contender on a fresh control plane \
          (`tests/cluster/start.sh`, the workload CRDs installed); no LWS or JobSet controller \
-         runs: podgroup-sync reads the objects as created. The bare client creates the same \
-         PodGroups, {} in flight.\n\n\
+         runs: podgroup-sync reads the objects as created. The bare client applies the same \
+         PodGroups as podgroup-sync does (forced server-side apply), {} in flight.\n\n\
          | kind | PodGroups | minMember | podgroup-sync: created → all right | bare client | ratio | \
          writes per PodGroup | the same 5 s later | podgroup-sync CPU | RSS |\n\
          |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         cli.groups,
         cli.jobs,
         cli.concurrency,
+        cli.repeat,
         took.as_secs_f64(),
         cli.concurrency,
     );
     for r in rows {
         md.push_str(&format!(
-            "| {} | {} | {} | {:.2} s | {:.2} s | {:.2}× | {:.2} | {:.2} | {:.2} s | {:.1} MiB |\n",
+            "| {} | {} | {} | {:.2} s | {:.2} s | {} | {:.2} | {:.2} | {:.2} s | {:.1} MiB |\n",
             r.kind,
             r.pod_groups,
             r.min_member,
             r.ours_s,
             r.bare_s,
-            r.ours_s / r.bare_s.max(1e-3),
+            ratio(r),
             r.writes,
             r.writes_after_quiet,
             r.cpu_s,
             r.rss_mib,
         ));
     }
+    md.push_str("\nMedians of the runs (writes: the highest); every run:\n\n");
+    for r in rows {
+        md.push_str(&format!("- {}: {}\n", r.kind, r.runs));
+    }
     md.push_str(
         "\nA JobSet is one PodGroup however many Jobs it has: its row measures reading and \
-         planning one large object (the bare client's single create is the floor). podgroup-sync's \
+         planning one large object (the bare client's single apply is the floor). podgroup-sync's \
          time includes noticing the object through its watch; the PodGroup list is polled every \
          20 ms for one PodGroup, 100 ms for many.\n",
     );

@@ -311,18 +311,28 @@ async fn execute(
     for delete in &plan.deletes {
         delete_pod_group(ctx, &namespace, delete).await?;
     }
-    // A job of many PodGroups (a LeaderWorkerSet of N groups) has them written side by side;
-    // the answers are taken in the plan's order.
+    // A job of many PodGroups (a LeaderWorkerSet of N groups) has them written side by side,
+    // never one slow answer holding back the next writes; the answers are then taken in the
+    // plan's order, and the first error is the reconcile's once every answer is taken.
     let writes = std::mem::take(&mut plan.writes);
     let namespace_ref = namespace.as_str();
-    let mut answers = futures::stream::iter(writes)
-        .map(|write| async move {
+    let mut answers: Vec<_> = futures::stream::iter(writes.into_iter().enumerate())
+        .map(|(i, write)| async move {
             let answer = apply(ctx, namespace_ref, &write).await;
-            (write, answer)
+            (i, write, answer)
         })
-        .buffered(WRITES_IN_FLIGHT);
-    while let Some((write, answer)) = answers.next().await {
-        settle_write(obj, ctx, &mut plan, write, answer)?;
+        .buffer_unordered(WRITES_IN_FLIGHT)
+        .collect()
+        .await;
+    answers.sort_unstable_by_key(|(i, _, _)| *i);
+    let mut failed = None;
+    for (_, write, answer) in answers {
+        if let Err(e) = settle_write(obj, ctx, &mut plan, write, answer) {
+            failed.get_or_insert(e);
+        }
+    }
+    if let Some(e) = failed {
+        return Err(e);
     }
     if plan.valid {
         ctx.events.forget(&uid, &[Reason::InvalidSpec]);
