@@ -43,6 +43,9 @@ struct Cli {
     /// median and the spread.
     #[arg(long, default_value_t = 3)]
     repeat: usize,
+    /// Leave out the bare client (the smoke: two control planes instead of four).
+    #[arg(long)]
+    skip_bare: bool,
     /// Where RESULTS.md goes.
     #[arg(long, default_value = "target/bench/kinds")]
     out: PathBuf,
@@ -124,7 +127,11 @@ async fn kind(
     let mut runs = Vec::new();
     for _ in 0..cli.repeat.max(1) {
         let (ours, wanted) = ours(cli, ar, manifest.clone(), pod_groups).await?;
-        let bare_s = bare(cli, &wanted).await?;
+        let bare_s = if cli.skip_bare {
+            f64::NAN
+        } else {
+            bare(cli, &wanted).await?
+        };
         let row = Row {
             kind: name,
             bare_s,
@@ -139,18 +146,22 @@ async fn kind(
         v[v.len() / 2]
     };
     let spread = |f: fn(&Row) -> f64| {
-        let v: Vec<String> = runs.iter().map(|r| format!("{:.2}", f(r))).collect();
+        let show = |x: f64| match x.is_finite() {
+            true => format!("{x:.2}"),
+            false => "—".into(),
+        };
+        let v: Vec<String> = runs.iter().map(|r| show(f(r))).collect();
         v.join(", ")
     };
     let (ours_runs, bare_runs) = (spread(|r| r.ours_s), spread(|r| r.bare_s));
-    let ratio_runs = spread(|r| r.ours_s / r.bare_s.max(1e-3));
+    let ratio_runs = spread(run_ratio);
     let row = Row {
         kind: name,
         pod_groups,
         min_member: runs.iter().map(|r| r.min_member).min().unwrap_or_default(),
         ours_s: median(|r| r.ours_s),
         bare_s: median(|r| r.bare_s),
-        ratio: median(|r| r.ours_s / r.bare_s.max(1e-3)),
+        ratio: median(run_ratio),
         writes: runs.iter().map(|r| r.writes).fold(0.0, f64::max),
         writes_after_quiet: runs
             .iter()
@@ -271,9 +282,18 @@ async fn bare(cli: &Cli, wanted: &[Value]) -> Res<f64> {
     Ok(seconds)
 }
 
+/// One run's ratio to the bare client (NaN without it).
+fn run_ratio(r: &Row) -> f64 {
+    if r.bare_s.is_finite() {
+        r.ours_s / r.bare_s.max(1e-3)
+    } else {
+        f64::NAN
+    }
+}
+
 /// The ratio to the bare client; none for a single PodGroup, whose floor is one request.
 fn ratio(r: &Row) -> String {
-    if r.pod_groups > 1 {
+    if r.pod_groups > 1 && r.ratio.is_finite() {
         format!("{:.2}×", r.ratio)
     } else {
         "—".into()
@@ -300,12 +320,16 @@ fn report(cli: &Cli, rows: &[Row], load: &str, took: Duration) -> String {
     );
     for r in rows {
         md.push_str(&format!(
-            "| {} | {} | {} | {:.2} s | {:.2} s | {} | {:.2} | {:.2} | {:.2} s | {:.1} MiB |\n",
+            "| {} | {} | {} | {:.2} s | {} | {} | {:.2} | {:.2} | {:.2} s | {:.1} MiB |\n",
             r.kind,
             r.pod_groups,
             r.min_member,
             r.ours_s,
-            r.bare_s,
+            if r.bare_s.is_finite() {
+                format!("{:.2} s", r.bare_s)
+            } else {
+                "—".into()
+            },
             ratio(r),
             r.writes,
             r.writes_after_quiet,
