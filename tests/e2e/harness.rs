@@ -128,7 +128,42 @@ fn init(cluster: &'static Cluster) -> Result<Env, String> {
     })
 }
 
+/// Starts the components; again in a fresh directory (up to 3 times) when one of them exited
+/// because a port start.sh found free was taken before it bound it (the fault tier runs
+/// beside this one and binds ports of its own).
 fn start_components(cluster: &Cluster) -> Result<PathBuf, String> {
+    let mut attempt = 1;
+    loop {
+        match start_components_once(cluster) {
+            Ok(dir) => return Ok(dir),
+            Err((_, dir)) if attempt < 3 && lost_a_port(&dir) => {
+                eprintln!(
+                    "[e2e] a component lost its port to another process (logs: {}); starting \
+                     again, attempt {}",
+                    dir.display(),
+                    attempt + 1
+                );
+                attempt += 1;
+            }
+            Err((message, _)) => return Err(message),
+        }
+    }
+}
+
+/// Whether a component's log in `dir` says its port was taken.
+fn lost_a_port(dir: &std::path::Path) -> bool {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+        .any(|e| {
+            std::fs::read_to_string(e.path())
+                .is_ok_and(|text| text.contains("address already in use"))
+        })
+}
+
+fn start_components_once(cluster: &Cluster) -> Result<PathBuf, (String, PathBuf)> {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos())
@@ -159,7 +194,7 @@ fn start_components(cluster: &Cluster) -> Result<PathBuf, String> {
     if support::native_gang() {
         command.env("E2E_NATIVE", "1");
     }
-    support::run_start_script(command).map_err(|(what, tail)| fail(what, &tail))?;
+    support::run_start_script(command).map_err(|(what, tail)| (fail(what, &tail), dir.clone()))?;
     Ok(dir)
 }
 
