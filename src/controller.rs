@@ -499,7 +499,7 @@ fn update_pod_group_gauge(metrics: &crate::metrics::Metrics, caches: &Caches, in
         let mut counts: HashMap<Phase, i64> = HashMap::new();
         if let Some(store) = stores.get(&b) {
             for pg in store.state() {
-                if made_by(pg.metadata.labels.as_ref(), instance) {
+                if made_by(pg.as_ref(), instance) {
                     let data = pg.data();
                     *counts
                         .entry(b.backend().phase(data.get("status")))

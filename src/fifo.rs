@@ -24,7 +24,6 @@ use std::time::Duration;
 
 use futures::Stream;
 use futures::stream::{Fuse, StreamExt};
-use kube::discovery::ApiResource;
 use kube::runtime::reflector::ObjectRef;
 use tokio::time::Instant;
 
@@ -238,7 +237,7 @@ impl Fifo {
 
     /// The job references of `input`, in order and at most `concurrency` unfinished at a time.
     /// The input is read as fast as it comes, so the watches behind it never wait.
-    pub fn stream<S>(&self, input: S, ar: ApiResource) -> Gated<S>
+    pub fn stream<S>(&self, input: S, ar: crate::packed::Kind) -> Gated<S>
     where
         S: Stream<Item = ObjectRef<Packed>>,
     {
@@ -255,7 +254,7 @@ impl Fifo {
 pub struct Gated<S> {
     fifo: Fifo,
     input: Pin<Box<Fuse<S>>>,
-    ar: ApiResource,
+    ar: crate::packed::Kind,
     /// Wakes the stream to take back stale turns while nothing else happens.
     reclaim: Option<Pin<Box<tokio::time::Sleep>>>,
 }
@@ -385,7 +384,9 @@ mod tests {
     /// Through the stream, with reconciles that finish: every job once, in order.
     #[tokio::test]
     async fn the_stream_hands_on_in_order_as_turns_free() {
-        let ar = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        let ar = crate::packed::kind(&kube::discovery::ApiResource::erase::<
+            k8s_openapi::api::core::v1::ConfigMap,
+        >(&()));
         let fifo = Fifo::new(3);
         let refs: Vec<_> = (0..50)
             .map(|i| ObjectRef::new_with(&format!("j{i:02}"), ar.clone()).within("ns"))

@@ -84,6 +84,9 @@ impl OwnedIndex {
 
 fn insert_sorted(set: &mut Vec<OwnedKey>, key: OwnedKey) {
     if let Err(i) = set.binary_search(&key) {
+        // Room for this one only: a growing vector makes room for four at once, and most jobs
+        // have one PodGroup.
+        set.reserve_exact(1);
         set.insert(i, key);
     }
 }

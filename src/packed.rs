@@ -5,21 +5,107 @@
 //! else — spec, status and the field-manager entries — as compact JSON text, parsed back into a
 //! `DynamicObject` only when a reconcile, the webhook or an audit reads it.
 
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
-use kube::api::{DynamicObject, TypeMeta};
+use kube::api::{ApiResource, DynamicObject, TypeMeta};
 use kube::runtime::watcher;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 use tracing::error;
 
+/// The kind of a cached object, shared: every cache key ([`kube::runtime::reflector::ObjectRef`])
+/// holds one, and a key of an `ApiResource` of its own costs five strings per cached object
+/// (about 300 bytes with the hash table's slot) where this costs a pointer. Compared by value.
+pub type Kind = Arc<ApiResource>;
+
+/// The one shared copy of `ar` (kinds and backends are few; they are kept for good).
+pub fn kind(ar: &ApiResource) -> Kind {
+    static KINDS: Mutex<Vec<Kind>> = Mutex::new(Vec::new());
+    let mut kinds = KINDS.lock().expect("lock");
+    if let Some(k) = kinds.iter().find(|k| ***k == *ar) {
+        return k.clone();
+    }
+    let k = Arc::new(ar.clone());
+    kinds.push(k.clone());
+    k
+}
+
+/// The one shared copy of an object's `apiVersion` and `kind`.
+fn types(t: TypeMeta) -> Arc<TypeMeta> {
+    static TYPES: Mutex<Vec<Arc<TypeMeta>>> = Mutex::new(Vec::new());
+    let mut types = TYPES.lock().expect("lock");
+    if let Some(k) = types.iter().find(|k| ***k == t) {
+        return k.clone();
+    }
+    let k = Arc::new(t);
+    types.push(k.clone());
+    k
+}
+
 /// A cached object: metadata typed, the rest as JSON text.
+///
+/// Its labels and annotations are kept beside the metadata, not in it ([`Pairs`]): what
+/// [`kube::Resource::meta`] gives has neither; read them with [`Labelled`] or [`Packed::unpack`].
 #[derive(Clone, Debug)]
 pub struct Packed {
-    pub types: Option<TypeMeta>,
-    /// Without `managedFields` (they are packed).
-    pub metadata: ObjectMeta,
+    /// Shared by every object of the kind.
+    types: Option<Arc<TypeMeta>>,
+    /// Without `managedFields` (they are packed), labels and annotations.
+    metadata: ObjectMeta,
+    labels: Pairs,
+    annotations: Pairs,
     /// `[data, managedFields]`.
     rest: Box<str>,
+}
+
+/// Labels or annotations, kept compact: a `BTreeMap` allocates a node for eleven entries (about
+/// 550 bytes) however few it holds; this holds each pair in 32 bytes, sorted by key.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Pairs(Box<[(Box<str>, Box<str>)]>);
+
+impl Pairs {
+    fn new(map: Option<BTreeMap<String, String>>) -> Self {
+        Pairs(
+            map.into_iter()
+                .flatten()
+                .map(|(k, v)| (k.into_boxed_str(), v.into_boxed_str()))
+                .collect(),
+        )
+    }
+
+    fn get(&self, key: &str) -> Option<&str> {
+        let i = self.0.binary_search_by(|(k, _)| (**k).cmp(key)).ok()?;
+        Some(&self.0[i].1)
+    }
+
+    /// As the metadata holds them (`None` for none: the API server leaves an empty map out).
+    fn map(&self) -> Option<BTreeMap<String, String>> {
+        (!self.0.is_empty()).then(|| {
+            self.0
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        })
+    }
+}
+
+/// Reads one label of a cached object or of a whole one.
+pub trait Labelled {
+    fn label(&self, key: &str) -> Option<&str>;
+}
+
+impl Labelled for Packed {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.labels.get(key)
+    }
+}
+
+impl Labelled for DynamicObject {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.metadata.labels.as_ref()?.get(key).map(String::as_str)
+    }
 }
 
 impl Packed {
@@ -30,11 +116,15 @@ impl Packed {
             data,
         } = obj;
         let managed = metadata.managed_fields.take();
+        let labels = Pairs::new(metadata.labels.take());
+        let annotations = Pairs::new(metadata.annotations.take());
         // Serialising a `Value` and typed metadata entries cannot fail.
         let rest = serde_json::to_string(&(&data, &managed)).unwrap_or_default();
         Packed {
-            types,
+            types: types.map(self::types),
             metadata,
+            labels,
+            annotations,
             rest: rest.into_boxed_str(),
         }
     }
@@ -44,8 +134,10 @@ impl Packed {
         let (data, managed) = self.rest_parts();
         let mut metadata = self.metadata.clone();
         metadata.managed_fields = managed;
+        metadata.labels = self.labels.map();
+        metadata.annotations = self.annotations.map();
         DynamicObject {
-            types: self.types.clone(),
+            types: self.types.as_deref().cloned(),
             metadata,
             data,
         }
@@ -62,6 +154,16 @@ impl Packed {
             error!(error = %e, name = ?self.metadata.name, "a packed cache entry did not parse");
             (Value::Object(Default::default()), None)
         })
+    }
+
+    /// One annotation of the object.
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        self.annotations.get(key)
+    }
+
+    /// The object's `kind` ("" if it came without one).
+    pub fn kind_name(&self) -> &str {
+        self.types.as_ref().map_or("", |t| t.kind.as_str())
     }
 
     /// Bytes of packed text (for tests and measurements).
@@ -89,30 +191,34 @@ pub fn event<K: Into<Packed>>(ev: watcher::Event<K>) -> watcher::Event<Packed> {
 }
 
 /// `kube::Resource` for a type that stands for any kind (its `DynamicType` is the
-/// `ApiResource`), with its metadata at `self.<path>`: `[generics] Type; path`.
+/// `ApiResource`, or `Type as Shared` for another type that derefs to one), with its metadata at
+/// `self.<path>`: `[generics] Type; path`.
 macro_rules! dynamic_resource {
     ([$($generics:tt)*] $ty:ty; $($path:tt)+) => {
+        $crate::packed::dynamic_resource!([$($generics)*] $ty as kube::api::ApiResource; $($path)+);
+    };
+    ([$($generics:tt)*] $ty:ty as $dt:ty; $($path:tt)+) => {
         impl<$($generics)*> kube::Resource for $ty {
-            type DynamicType = kube::api::ApiResource;
+            type DynamicType = $dt;
             type Scope = kube::core::DynamicResourceScope;
 
-            fn group(dt: &kube::api::ApiResource) -> std::borrow::Cow<'_, str> {
+            fn group(dt: &$dt) -> std::borrow::Cow<'_, str> {
                 dt.group.as_str().into()
             }
 
-            fn version(dt: &kube::api::ApiResource) -> std::borrow::Cow<'_, str> {
+            fn version(dt: &$dt) -> std::borrow::Cow<'_, str> {
                 dt.version.as_str().into()
             }
 
-            fn kind(dt: &kube::api::ApiResource) -> std::borrow::Cow<'_, str> {
+            fn kind(dt: &$dt) -> std::borrow::Cow<'_, str> {
                 dt.kind.as_str().into()
             }
 
-            fn api_version(dt: &kube::api::ApiResource) -> std::borrow::Cow<'_, str> {
+            fn api_version(dt: &$dt) -> std::borrow::Cow<'_, str> {
                 dt.api_version.as_str().into()
             }
 
-            fn plural(dt: &kube::api::ApiResource) -> std::borrow::Cow<'_, str> {
+            fn plural(dt: &$dt) -> std::borrow::Cow<'_, str> {
                 dt.plural.as_str().into()
             }
 
@@ -128,7 +234,7 @@ macro_rules! dynamic_resource {
 }
 pub(crate) use dynamic_resource;
 
-dynamic_resource!([] Packed; metadata);
+dynamic_resource!([] Packed as Kind; metadata);
 
 impl<'de> Deserialize<'de> for Packed {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -183,6 +289,35 @@ mod tests {
             serde_json::to_value(again.unpack()).unwrap(),
             serde_json::to_value(&whole).unwrap()
         );
+    }
+
+    #[test]
+    fn labels_and_annotations_are_read_beside_the_metadata() {
+        let mut whole = pg();
+        let pairs = |n: usize| -> BTreeMap<String, String> {
+            (0..n)
+                .map(|i| (format!("k{i:02}"), format!("v{i}")))
+                .collect()
+        };
+        whole.metadata.labels = Some(pairs(13));
+        whole.metadata.annotations = Some(pairs(2));
+        let packed = Packed::pack(whole.clone());
+        // Not in the metadata kube-runtime and `ResourceExt` read...
+        use kube::ResourceExt;
+        assert!(packed.labels().is_empty() && packed.annotations().is_empty());
+        // ...but each one found by key, and all of them in the whole object again.
+        for i in 0..13 {
+            let v = format!("v{i}");
+            assert_eq!(packed.label(&format!("k{i:02}")), Some(v.as_str()));
+        }
+        assert_eq!(packed.label("k13"), None);
+        assert_eq!(packed.annotation("k01"), Some("v1"));
+        assert_eq!(packed.annotation("k02"), None);
+        assert_eq!(packed.label("k01"), whole.label("k01"));
+        assert_eq!(packed.unpack(), whole);
+        // A kind is shared, whatever copy of it is asked for.
+        let ar = kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&());
+        assert!(Arc::ptr_eq(&kind(&ar), &kind(&ar.clone())));
     }
 
     #[test]

@@ -619,7 +619,7 @@ pub fn error_policy(obj: Arc<Packed>, err: &Error, ctx: Arc<Context>) -> Action 
     if err.throttled() {
         delay = delay.max(THROTTLED_RETRY);
     }
-    let kind = obj.types.as_ref().map_or("", |t| t.kind.as_str());
+    let kind = obj.kind_name();
     ctx.metrics
         .reconcile
         .errors

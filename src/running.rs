@@ -389,7 +389,8 @@ fn spawn_kind_controller(
 ) -> (JoinHandle<()>, reflector::Store<Packed>) {
     let ar = kind.api_resource();
     let api: Api<LeanJob> = Api::all_with(client, &ar);
-    let writer = reflector::store::Writer::<Packed>::new(ar.clone());
+    let shared = crate::packed::kind(&ar);
+    let writer = reflector::store::Writer::<Packed>::new(shared.clone());
     let jobs = writer.as_reader();
     let probe = liveness.probe(kind_resource(kind));
     let watch_probe = probe.clone();
@@ -416,18 +417,18 @@ fn spawn_kind_controller(
     // Every reason to reconcile a job — its own watch, and triggers from the other caches —
     // passes one first-in-first-out stage (see `fifo`); the controller's own input stays empty.
     let requests = futures::stream::select(
-        reflect_settled(stream, writer, ar.clone()),
-        job_refs(triggers, jobs.clone(), kind, ar.clone()),
+        reflect_settled(stream, writer, shared.clone()),
+        job_refs(triggers, jobs.clone(), kind, shared.clone()),
     );
     let fifo = Fifo::new(concurrency)
         .with_gauge(ctx.metrics.reconcile.queued.with_label_values(&[kind.kind]));
     let controller = Controller::for_stream_with(
         futures::stream::pending::<Result<Packed, watcher::Error>>(),
         jobs.clone(),
-        ar.clone(),
+        shared.clone(),
     )
     .with_config(runtime_controller::Config::default().concurrency(concurrency))
-    .reconcile_on(fifo.stream(requests, ar))
+    .reconcile_on(fifo.stream(requests, shared))
     .graceful_shutdown_on(async move {
         let _ = shutdown.wait_for(|stop| *stop).await;
     });

@@ -35,7 +35,7 @@ pub fn ours(pg: &DynamicObject, uid: &str, instance: &str) -> bool {
         refs.iter()
             .any(|r| r.controller == Some(true) && r.uid == uid)
     });
-    controlled && backend::made_by(pg.metadata.labels.as_ref(), instance)
+    controlled && backend::made_by(pg, instance)
 }
 
 /// What the decision reads besides the job.

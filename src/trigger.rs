@@ -2,7 +2,6 @@
 //! and their translation into the job references one controller reconciles.
 
 use futures::{Stream, StreamExt};
-use kube::discovery::ApiResource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use tokio::sync::broadcast;
@@ -47,7 +46,7 @@ pub fn job_refs(
     triggers: broadcast::Receiver<Trigger>,
     jobs: Store<Packed>,
     kind: &'static JobKind,
-    ar: ApiResource,
+    ar: crate::packed::Kind,
 ) -> impl Stream<Item = ObjectRef<Packed>> + Send + 'static {
     receiver_stream(triggers).flat_map(move |t| {
         let refs: Vec<ObjectRef<Packed>> = match t {
@@ -63,7 +62,7 @@ pub fn job_refs(
             Some(Trigger::Namespace(ns)) => jobs
                 .state()
                 .iter()
-                .filter(|j| j.metadata.namespace.as_deref() == Some(ns.as_str()))
+                .filter(|j| j.meta().namespace.as_deref() == Some(ns.as_str()))
                 .map(|j| ObjectRef::from_obj_with(j.as_ref(), ar.clone()))
                 .collect(),
             // `None`: the receiver lagged and lost triggers; look at everything.

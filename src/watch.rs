@@ -279,7 +279,7 @@ pub fn spawn_pod_group_cache(
     own_writes: OwnWrites,
 ) -> (Store<Packed>, JoinHandle<()>) {
     let ar = backend.backend().api_resource();
-    let writer = reflector::store::Writer::<Packed>::new(ar.clone());
+    let writer = reflector::store::Writer::<Packed>::new(crate::packed::kind(&ar));
     let reader = writer.as_reader();
     let store = reader.clone();
     let api: Api<crate::lean::LeanPodGroup> = Api::all_with(client, &ar);

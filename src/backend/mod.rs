@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 use crate::gang::Gang;
 use crate::job::{InvalidJob, Job};
+use crate::packed::Labelled;
 
 pub use kubernetes::{Kubernetes, LINKED_ANNOTATION};
 pub use scheduler_plugins::SchedulerPlugins;
@@ -36,12 +37,9 @@ pub const INSTANCE_LABEL: &str = "podgroup-sync.io/instance";
 /// Whether a PodGroup's labels say installation `instance` made it: the managed-by label, and
 /// the instance label naming `instance` (none for the default installation, `""`). Another
 /// installation's PodGroups are foreign: never modified or deleted.
-pub fn made_by(labels: Option<&BTreeMap<String, String>>, instance: &str) -> bool {
-    let Some(labels) = labels else {
-        return false;
-    };
-    labels.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY_VALUE)
-        && labels.get(INSTANCE_LABEL).map_or("", String::as_str) == instance
+pub fn made_by(pg: &impl Labelled, instance: &str) -> bool {
+    pg.label(MANAGED_BY_LABEL) == Some(MANAGED_BY_VALUE)
+        && pg.label(INSTANCE_LABEL).unwrap_or("") == instance
 }
 
 /// The labels installation `instance` gives its PodGroups.
@@ -920,20 +918,32 @@ mod tests {
 
     #[test]
     fn an_installation_owns_its_own_labels_only() {
-        let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect()
+        // Read from a whole object and from a cached one alike.
+        let labels = |pairs: &[(&str, &str)]| -> (kube::api::DynamicObject, crate::packed::Packed) {
+            let mut pg = kube::api::DynamicObject::new("pg", &SchedulerPlugins.api_resource());
+            pg.metadata.labels = (!pairs.is_empty()).then(|| {
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect()
+            });
+            (pg.clone(), crate::packed::Packed::pack(pg))
         };
         let legacy = labels(&[(MANAGED_BY_LABEL, MANAGED_BY_VALUE)]);
         let b = labels(&[(MANAGED_BY_LABEL, MANAGED_BY_VALUE), (INSTANCE_LABEL, "b")]);
-        assert!(made_by(Some(&legacy), ""));
-        assert!(!made_by(Some(&legacy), "b"));
-        assert!(made_by(Some(&b), "b"));
-        assert!(!made_by(Some(&b), ""));
-        assert!(!made_by(Some(&labels(&[(INSTANCE_LABEL, "b")])), "b"));
-        assert!(!made_by(None, ""));
+        let neither = labels(&[(INSTANCE_LABEL, "b")]);
+        let none = labels(&[]);
+        for (pg, cached) in [&legacy, &b, &neither, &none] {
+            for instance in ["", "b"] {
+                assert_eq!(made_by(pg, instance), made_by(cached, instance));
+            }
+        }
+        assert!(made_by(&legacy.1, ""));
+        assert!(!made_by(&legacy.0, "b"));
+        assert!(made_by(&b.1, "b"));
+        assert!(!made_by(&b.0, ""));
+        assert!(!made_by(&neither.1, "b"));
+        assert!(!made_by(&none.0, ""));
         assert_eq!(own_labels(""), json!({MANAGED_BY_LABEL: MANAGED_BY_VALUE}));
         assert!(valid_label_value("") && valid_label_value("team-b.1"));
         assert!(

@@ -10,6 +10,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::{Resource, ResourceExt};
 
 use crate::backend::{BackendKind, MANAGED_BY_LABEL, MANAGED_BY_VALUE, made_by};
+use crate::packed::Labelled;
 
 /// What the job caches say about a PodGroup's controller.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,7 +112,7 @@ pub struct Rules<'a> {
 
 /// The stale PodGroups among `pod_groups`.
 /// Only metadata is read, so the caches' packed PodGroups are judged as they are.
-pub fn audit<'a, K: Resource + 'a>(
+pub fn audit<'a, K: Resource + Labelled + 'a>(
     pod_groups: impl IntoIterator<Item = (BackendKind, &'a K)>,
     jobs: &dyn Jobs,
     rules: Rules,
@@ -127,12 +128,8 @@ pub fn audit<'a, K: Resource + 'a>(
         if pg.meta().deletion_timestamp.is_some() || young {
             continue;
         }
-        let labels = Some(pg.labels());
-        let ours = made_by(labels, rules.instance);
-        let another_installations = !ours
-            && labels.is_some_and(|l| {
-                l.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY_VALUE)
-            });
+        let ours = made_by(pg, rules.instance);
+        let another_installations = !ours && pg.label(MANAGED_BY_LABEL) == Some(MANAGED_BY_VALUE);
         if another_installations {
             continue;
         }

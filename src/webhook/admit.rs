@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use kube::Resource as _;
 use prometheus::{Histogram, HistogramOpts, IntCounterVec, Opts, Registry};
 use serde_json::Value;
 use tokio::sync::watch;
@@ -297,7 +298,7 @@ impl Admission {
             }
             tokio::time::sleep(POLL).await;
             if let CachedJob::Found(newer) = caches.job(owner.kind, around.namespace, &owner.name)
-                && newer.metadata.uid == job.metadata.uid
+                && newer.meta().uid == job.meta().uid
             {
                 job = newer;
             }
@@ -312,8 +313,8 @@ impl Admission {
             .enumerate()
             .filter(|(_, b)| caches.served(**b))
             .fold(0u8, |bits, (i, _)| bits | 1 << i);
-        let version = job.metadata.resource_version.clone().map(|rv| Version {
-            uid: job.metadata.uid.clone(),
+        let version = job.meta().resource_version.clone().map(|rv| Version {
+            uid: job.meta().uid.clone(),
             resource_version: rv,
             context: around.context_changes,
             served,
@@ -431,7 +432,7 @@ fn judge(
 ) -> Wait {
     match seen {
         CachedJob::Found(job)
-            if owner.uid.is_none() || job.metadata.uid.as_ref() == owner.uid.as_ref() =>
+            if owner.uid.is_none() || job.meta().uid.as_ref() == owner.uid.as_ref() =>
         {
             return Wait::Found;
         }
