@@ -27,7 +27,7 @@ use crate::job::{InvalidJob, JobKind};
 use crate::liveness::InFlight;
 use crate::metrics::Metrics;
 use crate::packed::Packed;
-use crate::plan::{self, Delete, Input, Op, Outcome, Plan, PodGroups, SeenPhase, Tally, Write};
+use crate::plan::{self, Delete, Input, Op, Outcome, Plan, SeenPhase, Tally, Write};
 use crate::refusal::Refusal;
 
 pub use crate::settings::{FIELD_MANAGER, ResizePolicy, Settings};
@@ -519,30 +519,46 @@ fn created(obj: &DynamicObject, ctx: &Context, write: &Write) {
     info!(job = %obj.name_any(), namespace = obj.namespace().unwrap_or_default(), podgroup = %write.name, backend = %write.backend, min_member = write.min_member, "created PodGroup");
 }
 
+/// What is read of an apply's answer: the version it left and the spec as stored. The rest —
+/// field-manager entries, status, labels — is skipped unread (the watch brings the whole
+/// object to the cache anyway).
+#[derive(serde::Deserialize)]
+struct Applied {
+    metadata: AppliedMeta,
+    #[serde(default)]
+    spec: serde_json::Value,
+}
+
+#[derive(serde::Deserialize)]
+struct AppliedMeta {
+    #[serde(rename = "resourceVersion")]
+    resource_version: Option<String>,
+}
+
 /// Applies the write; whether the answer showed spec fields the cluster drops that were not
 /// known before (see `dropped`).
 async fn apply(ctx: &Context, namespace: &str, write: &Write) -> Result<bool, Error> {
-    // The answer is read as the PodGroup watch reads its objects (see `lean`).
-    let api: Api<crate::lean::LeanPodGroup> = Api::namespaced_with(
-        ctx.client.clone(),
-        namespace,
-        &write.backend.backend().api_resource(),
-    );
+    let failed = |source| Error::Write {
+        action: write.op.as_str(),
+        namespace: namespace.into(),
+        name: write.name.clone(),
+        source,
+    };
+    let ar = write.backend.backend().api_resource();
     // Force: the fields podgroup-sync owns are its to set, even after someone edited them.
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    let written = api
+    let mut request = kube::core::Request::new(DynamicObject::url_path(&ar, Some(namespace)))
         .patch(&write.name, &params, &Patch::Apply(&write.body))
-        .await
-        .map(|w| w.0)
-        .map_err(|source| Error::Write {
-            action: write.op.as_str(),
-            namespace: namespace.into(),
-            name: write.name.clone(),
-            source,
-        })?;
+        .map_err(|e| failed(kube::Error::BuildRequest(e)))?;
+    request.extensions_mut().insert("patch");
+    let written: Applied = ctx.client.request(request).await.map_err(failed)?;
     // The watch event of this write tells the job nothing new: it need not requeue it.
     if let Some(version) = written.metadata.resource_version.as_deref() {
-        let cached = ctx.caches.get(write.backend, namespace, &write.name);
+        let key = ObjectRef::new_with(&write.name, crate::packed::kind(&ar)).within(namespace);
+        let cached = ctx
+            .caches
+            .pod_group_store(write.backend)
+            .and_then(|store| store.get(&key));
         ctx.caches.own_writes.wrote(
             write.backend,
             namespace,
@@ -550,7 +566,7 @@ async fn apply(ctx: &Context, namespace: &str, write: &Write) -> Result<bool, Er
             version,
             cached
                 .as_ref()
-                .and_then(|c| c.metadata.resource_version.as_deref()),
+                .and_then(|c| c.meta().resource_version.as_deref()),
         );
     }
     ctx.metrics
@@ -558,7 +574,7 @@ async fn apply(ctx: &Context, namespace: &str, write: &Write) -> Result<bool, Er
         .writes
         .with_label_values(&[write.backend.as_str(), write.op.as_str()])
         .inc();
-    let lost = crate::dropped::lost(&write.body["spec"], &written.data["spec"]);
+    let lost = crate::dropped::lost(&write.body["spec"], &written.spec);
     let learned = ctx.dropped.learn(write.backend, lost);
     if !learned.is_empty() {
         warn!(
