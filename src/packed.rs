@@ -23,24 +23,23 @@ pub type Kind = Arc<ApiResource>;
 /// The one shared copy of `ar` (kinds and backends are few; they are kept for good).
 pub fn kind(ar: &ApiResource) -> Kind {
     static KINDS: Mutex<Vec<Kind>> = Mutex::new(Vec::new());
-    let mut kinds = KINDS.lock().expect("lock");
-    if let Some(k) = kinds.iter().find(|k| ***k == *ar) {
-        return k.clone();
-    }
-    let k = Arc::new(ar.clone());
-    kinds.push(k.clone());
-    k
+    shared(&KINDS, ar, ApiResource::clone)
 }
 
 /// The one shared copy of an object's `apiVersion` and `kind`.
 fn types(t: TypeMeta) -> Arc<TypeMeta> {
     static TYPES: Mutex<Vec<Arc<TypeMeta>>> = Mutex::new(Vec::new());
-    let mut types = TYPES.lock().expect("lock");
-    if let Some(k) = types.iter().find(|k| ***k == t) {
+    shared(&TYPES, &t, TypeMeta::clone)
+}
+
+/// The copy of `value` in `pool`, added the first time it is asked for.
+fn shared<T: PartialEq>(pool: &Mutex<Vec<Arc<T>>>, value: &T, own: fn(&T) -> T) -> Arc<T> {
+    let mut pool = pool.lock().expect("lock");
+    if let Some(k) = pool.iter().find(|k| ***k == *value) {
         return k.clone();
     }
-    let k = Arc::new(t);
-    types.push(k.clone());
+    let k = Arc::new(own(value));
+    pool.push(k.clone());
     k
 }
 
