@@ -90,8 +90,7 @@ impl Caches {
         else {
             return CachedJob::KindNotWatched;
         };
-        let key =
-            ObjectRef::new_with(name, crate::packed::kind(&kind.api_resource())).within(namespace);
+        let key = ObjectRef::new_with(name, kind.shared()).within(namespace);
         match store.get(&key) {
             Some(job) => CachedJob::Found(job),
             None => CachedJob::Absent,
@@ -169,8 +168,7 @@ impl PodGroups for Caches {
 
     fn get(&self, backend: BackendKind, namespace: &str, name: &str) -> Option<Arc<DynamicObject>> {
         let store = self.pod_group_store(backend)?;
-        let key = ObjectRef::new_with(name, crate::packed::kind(&backend.backend().api_resource()))
-            .within(namespace);
+        let key = ObjectRef::new_with(name, backend.backend().shared()).within(namespace);
         store.get(&key).map(|pg| Arc::new(pg.unpack()))
     }
 

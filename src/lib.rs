@@ -49,6 +49,7 @@ pub mod strip;
 pub mod target;
 pub mod tiers;
 pub mod topology;
+pub mod transcode;
 pub mod trigger;
 pub mod unlinked;
 pub mod watch;

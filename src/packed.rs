@@ -26,6 +26,24 @@ pub fn kind(ar: &ApiResource) -> Kind {
     shared(&KINDS, ar, ApiResource::clone)
 }
 
+/// The shared copy of the kind `group`/`version` `kind`, found without building an
+/// `ApiResource` first (the reconcile, the webhook and every write look a kind up per call);
+/// `make` builds it the first time.
+pub fn kind_of(group: &str, version: &str, kind: &str, make: impl FnOnce() -> ApiResource) -> Kind {
+    static FOUND: Mutex<Vec<Kind>> = Mutex::new(Vec::new());
+    if let Some(k) = FOUND
+        .lock()
+        .expect("lock")
+        .iter()
+        .find(|k| k.kind == kind && k.version == version && k.group == group)
+    {
+        return k.clone();
+    }
+    let k = self::kind(&make());
+    FOUND.lock().expect("lock").push(k.clone());
+    k
+}
+
 /// The one shared copy of an object's `apiVersion` and `kind`.
 fn types(t: TypeMeta) -> Arc<TypeMeta> {
     static TYPES: Mutex<Vec<Arc<TypeMeta>>> = Mutex::new(Vec::new());
@@ -128,6 +146,24 @@ impl Packed {
         }
     }
 
+    /// An object read as text already (see [`crate::lean`]): `rest` is `[data, managedFields]`
+    /// as [`Packed::pack`] writes it; `metadata` comes without `managedFields`.
+    pub(crate) fn from_text(
+        types: Option<TypeMeta>,
+        mut metadata: ObjectMeta,
+        rest: String,
+    ) -> Self {
+        let labels = Pairs::new(metadata.labels.take());
+        let annotations = Pairs::new(metadata.annotations.take());
+        Packed {
+            types: types.map(self::types),
+            metadata,
+            labels,
+            annotations,
+            rest: rest.into_boxed_str(),
+        }
+    }
+
     /// The whole object again.
     pub fn unpack(&self) -> DynamicObject {
         let (data, managed) = self.rest_parts();
@@ -191,12 +227,19 @@ pub fn event<K: Into<Packed>>(ev: watcher::Event<K>) -> watcher::Event<Packed> {
 
 /// `kube::Resource` for a type that stands for any kind (its `DynamicType` is the
 /// `ApiResource`, or `Type as Shared` for another type that derefs to one), with its metadata at
-/// `self.<path>`: `[generics] Type; path`.
+/// `self.<path>`: `[generics] Type; path` (or through two expressions of `self`:
+/// `@[generics] Type as DynamicType; self => shared, mutable`).
 macro_rules! dynamic_resource {
     ([$($generics:tt)*] $ty:ty; $($path:tt)+) => {
         $crate::packed::dynamic_resource!([$($generics)*] $ty as kube::api::ApiResource; $($path)+);
     };
     ([$($generics:tt)*] $ty:ty as $dt:ty; $($path:tt)+) => {
+        $crate::packed::dynamic_resource!(
+            @[$($generics)*] $ty as $dt; self => &self.$($path)+, &mut self.$($path)+
+        );
+    };
+    // The metadata through two expressions of `self` (shared, mutable).
+    (@[$($generics:tt)*] $ty:ty as $dt:ty; $s:ident => $meta:expr, $meta_mut:expr) => {
         impl<$($generics)*> kube::Resource for $ty {
             type DynamicType = $dt;
             type Scope = kube::core::DynamicResourceScope;
@@ -221,12 +264,12 @@ macro_rules! dynamic_resource {
                 dt.plural.as_str().into()
             }
 
-            fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-                &self.$($path)+
+            fn meta(&$s) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                $meta
             }
 
-            fn meta_mut(&mut self) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-                &mut self.$($path)+
+            fn meta_mut(&mut $s) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                $meta_mut
             }
         }
     };

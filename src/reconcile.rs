@@ -544,7 +544,7 @@ async fn apply(ctx: &Context, namespace: &str, write: &Write) -> Result<bool, Er
         name: write.name.clone(),
         source,
     };
-    let ar = write.backend.backend().api_resource();
+    let ar = write.backend.backend().shared();
     // Force: the fields podgroup-sync owns are its to set, even after someone edited them.
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let mut request = kube::core::Request::new(DynamicObject::url_path(&ar, Some(namespace)))
@@ -554,7 +554,7 @@ async fn apply(ctx: &Context, namespace: &str, write: &Write) -> Result<bool, Er
     let written: Applied = ctx.client.request(request).await.map_err(failed)?;
     // The watch event of this write tells the job nothing new: it need not requeue it.
     if let Some(version) = written.metadata.resource_version.as_deref() {
-        let key = ObjectRef::new_with(&write.name, crate::packed::kind(&ar)).within(namespace);
+        let key = ObjectRef::new_with(&write.name, ar.clone()).within(namespace);
         let cached = ctx
             .caches
             .pod_group_store(write.backend)

@@ -2,7 +2,7 @@
 //! (issue 15). A job is kept with its metadata, its run and elastic policies and its replica
 //! specs, but each pod template only with what the gang, the backend choice and the link
 //! checks read; its status only with its conditions. A PodGroup loses the last-applied copy
-//! and every field manager's entry but ours.
+//! and every field manager's entry but ours while it is read ([`crate::lean::LeanPodGroup`]).
 //!
 //! Reading is defined by what `job::normalize`, `gang`, `backend` and `health::feasible` look
 //! at; the tests below compare `explain` of full and stripped jobs, so a new reader of a
@@ -12,7 +12,6 @@ use kube::api::DynamicObject;
 use serde_json::{Map, Value};
 
 use crate::job::JobKind;
-use crate::settings::FIELD_MANAGER;
 
 /// Dropped from cached objects: a second copy of the whole object.
 pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -83,16 +82,6 @@ fn template_in_place(template: &mut Map<String, Value>) {
                 c.retain(|k, _| CONTAINER_FIELDS.contains(&k.as_str()));
             }
         }
-    }
-}
-
-/// Strips a PodGroup for the cache: ours is read through our own field-manager entry only.
-pub fn pod_group(pg: &mut DynamicObject) {
-    if let Some(a) = pg.metadata.annotations.as_mut() {
-        a.remove(LAST_APPLIED);
-    }
-    if let Some(m) = pg.metadata.managed_fields.as_mut() {
-        m.retain(|e| e.manager.as_deref() == Some(FIELD_MANAGER));
     }
 }
 

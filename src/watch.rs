@@ -279,14 +279,14 @@ pub fn spawn_pod_group_cache(
     own_writes: OwnWrites,
 ) -> (Store<Packed>, JoinHandle<()>) {
     let ar = backend.backend().api_resource();
-    let writer = reflector::store::Writer::<Packed>::new(crate::packed::kind(&ar));
+    let shared = crate::packed::kind(&ar);
+    let writer = reflector::store::Writer::<Packed>::new(shared.clone());
     let reader = writer.as_reader();
     let store = reader.clone();
-    let api: Api<crate::lean::LeanPodGroup> = Api::all_with(client, &ar);
-    // Only what podgroup-sync reads is kept in memory.
+    // Only what podgroup-sync reads is kept in memory: each PodGroup is stripped as it is read.
+    let api: Api<crate::lean::LeanPodGroup> = Api::all_with(client, &shared);
     let stream = watcher(api, watcher::Config::default().page_size(LIST_PAGE_SIZE))
         .backoff(WatchBackoff::default())
-        .modify(|pg| crate::strip::pod_group(&mut pg.0))
         .map_ok(crate::packed::event)
         .reflect(writer);
     let handle = tokio::spawn(async move {

@@ -325,6 +325,11 @@ impl JobKind {
         }
     }
 
+    /// The kind as the caches key it (one shared copy, see [`crate::packed::Kind`]).
+    pub fn shared(&self) -> crate::packed::Kind {
+        crate::packed::kind_of(self.group, self.version, self.kind, || self.api_resource())
+    }
+
     /// The canonical name of a replica-type key, matched case-insensitively.
     pub fn canonical_type(&self, key: &str) -> Option<&'static str> {
         self.replica_types

@@ -140,9 +140,9 @@ fn a_cached_job_and_its_pod_group_cost_at_most_4_kib() {
     let mut pg_store = Writer::<Packed>::new(pg_kind.clone());
     let owned = OwnedIndex::default();
     for text in &pod_groups {
-        let mut pg: LeanPodGroup = serde_json::from_str(text).unwrap();
-        podgroup_sync::strip::pod_group(&mut pg.0);
-        let pg = Packed::pack(pg.0);
+        // Stripped and packed as it is read.
+        let pg: LeanPodGroup = serde_json::from_str(text).unwrap();
+        let pg = pg.0;
         owned.observe(BackendKind::SchedulerPlugins, &pg, false);
         pg_store.apply_watcher_event(&Event::Apply(pg));
     }

@@ -203,6 +203,13 @@ pub trait PodGroupBackend: Sync {
         }
     }
 
+    /// The PodGroup kind as the caches key it (one shared copy, see [`crate::packed::Kind`]).
+    fn shared(&self) -> crate::packed::Kind {
+        crate::packed::kind_of(self.group(), self.version(), "PodGroup", || {
+            self.api_resource()
+        })
+    }
+
     /// The PodGroup name a replica template links its pods to, if it carries the link.
     fn template_link<'a>(&self, template: &'a PodTemplateSpec) -> Option<&'a str>;
 
