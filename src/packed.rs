@@ -146,8 +146,9 @@ impl Packed {
         }
     }
 
-    /// An object read as text already (see [`crate::lean`]): `rest` is `[data, managedFields]`
-    /// as [`Packed::pack`] writes it; `metadata` comes without `managedFields`.
+    /// An object read as text already (the PodGroup watch reads them so): `rest` is
+    /// `[data, managedFields]` as [`Packed::pack`] writes it; `metadata` comes without
+    /// `managedFields`.
     pub(crate) fn from_text(
         types: Option<TypeMeta>,
         mut metadata: ObjectMeta,

@@ -2,7 +2,7 @@
 //! (issue 15). A job is kept with its metadata, its run and elastic policies and its replica
 //! specs, but each pod template only with what the gang, the backend choice and the link
 //! checks read; its status only with its conditions. A PodGroup loses the last-applied copy
-//! and every field manager's entry but ours while it is read ([`crate::lean::LeanPodGroup`]).
+//! and every field manager's entry but ours while it is read (by the PodGroup watch, `lean`).
 //!
 //! Reading is defined by what `job::normalize`, `gang`, `backend` and `health::feasible` look
 //! at; the tests below compare `explain` of full and stripped jobs, so a new reader of a

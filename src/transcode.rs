@@ -1,6 +1,6 @@
 //! Reading parts of a watched object straight into compact JSON text, or into their typed form
 //! without a detour (issue 29). A `serde_json::Value` tree built only to be written out again as
-//! text (what [`crate::packed::Packed`] keeps) is an allocation per map entry and per string;
+//! text (what a packed cache entry keeps) is an allocation per map entry and per string;
 //! [`Transcode`] writes what any deserializer yields — serde_json's own, or serde's buffered form
 //! of a list's items — into text as it is read. [`MetaWithout`] reads `metadata` into
 //! `ObjectMeta` with `managedFields` handed elsewhere (skipped, or kept as text for one manager

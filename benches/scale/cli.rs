@@ -35,6 +35,11 @@ pub(crate) struct Cli {
     /// Output directory (default target/bench/scale-<unix time>).
     #[arg(long)]
     pub(crate) out: Option<PathBuf>,
+    /// Run the floor controller (benches/scale/floor.rs: the least a kube-runtime controller
+    /// does for the same PodGroups) in podgroup-sync's place; its phases keep podgroup-sync's
+    /// names.
+    #[arg(long)]
+    pub(crate) floor: bool,
     /// The controller binary (default: target/release/podgroup-sync next to this benchmark).
     #[arg(long)]
     pub(crate) controller_bin: Option<PathBuf>,

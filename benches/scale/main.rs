@@ -23,6 +23,10 @@
 //!   3. training-operator: burst on the same N jobs; its time to PodGroups, then until it
 //!      created every pod and service (its full cost), RSS, CPU and API requests.
 //!
+//! With `--floor` the podgroup-sync phases run the floor controller instead (`floor.rs`: a plain
+//! kube-runtime controller writing the same PodGroups, the benchmark's own binary started as
+//! `floor-controller`): what the client stack alone spends on the same work.
+//!
 //! Correctness (every job gets a correct PodGroup; 0 PodGroup writes on restart) makes the run
 //! fail; timing never does. Every wait is bounded.
 
@@ -53,6 +57,7 @@ mod support;
 mod bare;
 mod bench;
 mod cli;
+mod floor;
 mod matrix;
 mod ours;
 mod phase;
@@ -89,6 +94,7 @@ async fn run(cli: Cli) -> Res<Bench> {
     let started = unix_now();
     let out = out_dir(&cli, started)?;
     let controller_bin = match &cli.controller_bin {
+        _ if cli.floor => std::env::current_exe()?,
         Some(p) => p.clone(),
         None => {
             let exe = std::env::current_exe()?;
@@ -105,7 +111,7 @@ async fn run(cli: Cli) -> Res<Bench> {
         )));
     }
     let mut notes = Vec::new();
-    if cli.controller_bin.is_none() {
+    if cli.controller_bin.is_none() && !cli.floor {
         // A stale release binary measures old code: say so (bench/run.sh always builds first).
         let newest_src = sh(&format!(
             "find '{}/src' '{}/Cargo.toml' -type f -printf '%T@\\n' | sort -n | tail -1",
@@ -186,6 +192,11 @@ async fn run_matrix(cli: Cli) -> Res<Vec<String>> {
 }
 
 fn main() -> ExitCode {
+    // Run as the floor controller in podgroup-sync's place (`--floor`).
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(floor::SUBCOMMAND) {
+        return floor::floor_main(&args[2..]);
+    }
     if !std::env::args().any(|a| a == "--bench") {
         println!(
             "scale: a benchmark, not a test; run it with `cargo bench --bench scale -- --help` (or bench/run.sh)"

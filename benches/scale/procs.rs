@@ -238,6 +238,9 @@ pub(crate) fn spawn_controller(
 ) -> Res<Proc> {
     let addr: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
     let mut cmd = Command::new(bin);
+    if cli.floor {
+        cmd.arg(crate::floor::SUBCOMMAND);
+    }
     cmd.arg("--kubeconfig")
         .arg(&cp.kubeconfig)
         .arg("--http-addr")

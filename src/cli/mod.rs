@@ -183,7 +183,7 @@ pub struct RunArgs {
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, env = "PODGROUP_SYNC_HTTP_ADDR", default_value = "0.0.0.0:8080")]
     pub http_addr: SocketAddr,
-    /// Log format. The filter is the PODGROUP_SYNC_LOG variable (default `info`;
+    /// Log format (text is coloured only on a terminal). The filter is the PODGROUP_SYNC_LOG variable (default `info`;
     /// `kube_runtime::controller=warn` is added unless it names kube_runtime).
     #[arg(
         long,
@@ -470,13 +470,18 @@ pub fn lease_config(leader: &LeaderArgs) -> LeaseConfig {
     }
 }
 
-/// Logs to standard error, as text or JSON, filtered by `PODGROUP_SYNC_LOG` (default `info`).
+/// Logs to standard error, as text (coloured on a terminal only) or JSON, filtered by
+/// `PODGROUP_SYNC_LOG` (default `info`).
 pub fn init_logging(format: LogFormat) {
     let spec = std::env::var("PODGROUP_SYNC_LOG").unwrap_or_else(|_| "info".into());
     let filter = tracing_subscriber::EnvFilter::try_new(log_directives(&spec))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(log_directives("info")));
+    // Colour only on a terminal: escape codes in a log file or `kubectl logs` are noise, and
+    // writing them is a share of each line's cost.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
