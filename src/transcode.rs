@@ -155,7 +155,8 @@ impl<'de> DeserializeSeed<'de> for ManagedOf<'_> {
     type Value = ();
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_seq(self)
+        // Any: `null` is a list of none, as `ObjectMeta` reads it.
+        d.deserialize_any(self)
     }
 }
 
@@ -367,6 +368,15 @@ mod tests {
         assert_eq!(read, whole);
         let kept: Vec<ManagedFieldsEntry> = serde_json::from_slice(&out).unwrap();
         assert_eq!(kept, vec![entries[1].clone()]);
+        // `null`: read as none, as `ObjectMeta` reads it.
+        let mut out = Vec::new();
+        let read = MetaWithout(Managed::KeepOf("podgroup-sync", &mut out))
+            .deserialize(&mut serde_json::Deserializer::from_str(
+                r#"{"name": "pg", "managedFields": null}"#,
+            ))
+            .unwrap();
+        assert_eq!(read.name.as_deref(), Some("pg"));
+        assert_eq!(out, b"null");
         // None of that manager: an empty list.
         let mut out = Vec::new();
         MetaWithout(Managed::KeepOf("someone", &mut out))

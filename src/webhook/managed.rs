@@ -189,8 +189,9 @@ fn serve(
             let expiry = key.cert.first().and_then(|c| not_after(c.as_ref()));
             metrics.expiry.set(expiry.unwrap_or(0) as f64);
             let first = !tls.loaded();
-            tls.serve(key);
+            // Counted before it is served (see `tls::Reloading::watch`).
             metrics.reloads.with_label_values(&["ok"]).inc();
+            tls.serve(key);
             info!(secret = %cfg.secret, first, "webhook serving certificate loaded from its Secret");
             *served = stored.cert.clone();
         }

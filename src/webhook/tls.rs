@@ -70,8 +70,10 @@ impl Reloading {
                             let first = !self.loaded();
                             let expiry = key.cert.first().and_then(|c| not_after(c.as_ref()));
                             metrics.expiry.set(expiry.unwrap_or(0) as f64);
-                            *self.current.write().expect("lock") = Some(Arc::new(key));
+                            // Counted before it is served: a handshake with the new certificate
+                            // never comes before the count that says it loaded.
                             metrics.reloads.with_label_values(&["ok"]).inc();
+                            *self.current.write().expect("lock") = Some(Arc::new(key));
                             info!(cert = %files.cert.display(), first, "webhook serving certificate loaded");
                         }
                         Err(e) => {
