@@ -31,11 +31,17 @@ use crate::owned::OwnedIndex;
 use crate::packed::Packed;
 use crate::trigger::{Trigger, owner_trigger};
 
-/// Objects per page of a cache's (re)list. A page is parsed whole before each object is
+/// Objects per page of a job cache's (re)list. A page is parsed whole before each object is
 /// stripped (see `strip`), so the page bounds the transient memory of a list: 500 (the client's
 /// default) jobs of realistic templates parse to ~70 MiB, which the allocator keeps as peak RSS.
 /// 100 costs 5× the list requests (50 for 5,000 jobs, served from the API server's watch cache).
 pub const LIST_PAGE_SIZE: u32 = 100;
+
+/// Objects per page of a PodGroup cache's (re)list. A PodGroup is packed and stripped as it is
+/// read (see `lean`), so a page costs its text and little more: 500 (the client's default) asks
+/// for a fifth of the pages [`LIST_PAGE_SIZE`] would. A restart at 20,000 jobs was 12–33 %
+/// quicker for it (two pairs of runs), with the same peak RSS.
+pub const POD_GROUP_LIST_PAGE_SIZE: u32 = 500;
 
 /// First reconnect delay of a failed watch.
 pub const WATCH_BACKOFF_MIN: Duration = Duration::from_millis(250);
@@ -285,10 +291,13 @@ pub fn spawn_pod_group_cache(
     let store = reader.clone();
     // Only what podgroup-sync reads is kept in memory: each PodGroup is stripped as it is read.
     let api: Api<crate::lean::LeanPodGroup> = Api::all_with(client, &shared);
-    let stream = watcher(api, watcher::Config::default().page_size(LIST_PAGE_SIZE))
-        .backoff(WatchBackoff::default())
-        .map_ok(crate::packed::event)
-        .reflect(writer);
+    let stream = watcher(
+        api,
+        watcher::Config::default().page_size(POD_GROUP_LIST_PAGE_SIZE),
+    )
+    .backoff(WatchBackoff::default())
+    .map_ok(crate::packed::event)
+    .reflect(writer);
     let handle = tokio::spawn(async move {
         let _guard = probe.task_guard();
         let mut relisting = false;
