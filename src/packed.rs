@@ -133,17 +133,9 @@ impl Packed {
             data,
         } = obj;
         let managed = metadata.managed_fields.take();
-        let labels = Pairs::new(metadata.labels.take());
-        let annotations = Pairs::new(metadata.annotations.take());
         // Serialising a `Value` and typed metadata entries cannot fail.
         let rest = serde_json::to_string(&(&data, &managed)).unwrap_or_default();
-        Packed {
-            types: types.map(self::types),
-            metadata,
-            labels,
-            annotations,
-            rest: rest.into_boxed_str(),
-        }
+        Packed::from_text(types, metadata, rest)
     }
 
     /// An object read as text already (the PodGroup watch reads them so): `rest` is
